@@ -1,0 +1,179 @@
+/* Deterministic darknet training driver: the regression harness.
+ *
+ * Built twice from this one file: against Debian's stock libdarknet.so (the
+ * FP32 oracle) and against the fork. It uses only darknet API that both share
+ * (darknet.h of 2018), so the two builds run the same calls on the same data:
+ *
+ *   train_driver --cfg FILE --list FILE [--iters N] [--seed S]
+ *                [--weights FILE] [--save FILE] [--offset K]
+ *
+ * srand(S) precedes everything (darknet draws its initial weights from rand()).
+ * Iteration i trains on images i*B .. i*B+B-1 of the list (B = batch *
+ * subdivisions, wrapping around), loaded at the network's size with no random
+ * augmentation, labels read from darknet's labels/ path. Each iteration prints
+ * its loss in decimal and in hex (%a, exact); at the end the trained weights
+ * are saved in darknet's format and an FNV-1a 64-bit checksum of that file is
+ * printed, so two runs can be compared bit for bit.
+ */
+#include "darknet.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: train_driver --cfg FILE --list FILE [--iters N] [--seed S]\n"
+            "                    [--weights FILE] [--save FILE] [--offset K]\n");
+}
+
+/* Reads the non-empty lines of a file into a NULL-terminated array. */
+static char **read_lines(const char *path, int *count)
+{
+    FILE *f = fopen(path, "r");
+    char line[4096];
+    char **v = NULL;
+    int n = 0, cap = 0;
+    if (!f) {
+        fprintf(stderr, "train_driver: cannot open %s\n", path);
+        return NULL;
+    }
+    while (fgets(line, sizeof line, f)) {
+        size_t len = strcspn(line, "\r\n");
+        line[len] = 0;
+        if (!len) continue;
+        if (n + 1 >= cap) {
+            cap = cap ? 2 * cap : 64;
+            v = realloc(v, cap * sizeof *v);
+            if (!v) abort();
+        }
+        v[n] = strdup(line);
+        if (!v[n]) abort();
+        ++n;
+    }
+    fclose(f);
+    if (v) v[n] = NULL;
+    *count = n;
+    return v;
+}
+
+/* darknet's convention: .../images/x.png -> .../labels/x.txt */
+static int label_path(const char *image, char *out, size_t size)
+{
+    const char *dir = strstr(image, "/images/");
+    const char *dot = strrchr(image, '.');
+    if (!dir || !dot || dot < dir) return -1;
+    int n = snprintf(out, size, "%.*s/labels/%.*s.txt", (int)(dir - image), image,
+                     (int)(dot - dir - 8), dir + 8);
+    return n > 0 && (size_t)n < size ? 0 : -1;
+}
+
+/* Truth rows as darknet's yolo layer reads them: x, y, w, h, class per box. */
+static int read_truth(const char *image, float *truth, int max_boxes)
+{
+    char path[4096];
+    float x, y, w, h;
+    int id, k = 0;
+    if (label_path(image, path, sizeof path)) {
+        fprintf(stderr, "train_driver: no labels/ path for %s\n", image);
+        return -1;
+    }
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "train_driver: cannot open %s\n", path);
+        return -1;
+    }
+    while (k < max_boxes && fscanf(f, "%d %f %f %f %f", &id, &x, &y, &w, &h) == 5) {
+        float *t = truth + 5 * k++;
+        t[0] = x, t[1] = y, t[2] = w, t[3] = h, t[4] = (float)id;
+    }
+    fclose(f);
+    return 0;
+}
+
+static uint64_t fnv1a_file(const char *path, long *bytes)
+{
+    uint64_t hash = 0xcbf29ce484222325ull;
+    unsigned char buf[1 << 16];
+    size_t got;
+    FILE *f = fopen(path, "rb");
+    *bytes = -1;
+    if (!f) return 0;
+    *bytes = 0;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+        for (size_t i = 0; i < got; ++i) hash = (hash ^ buf[i]) * 0x100000001b3ull;
+        *bytes += (long)got;
+    }
+    fclose(f);
+    return hash;
+}
+
+int main(int argc, char **argv)
+{
+    const char *cfg = NULL, *list = NULL, *weights = NULL;
+    const char *save = "train_driver.weights";
+    int iters = 20, offset = 0;
+    unsigned seed = 1;
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) { usage(); return 2; }
+        if (!strcmp(a, "--cfg")) cfg = v;
+        else if (!strcmp(a, "--list")) list = v;
+        else if (!strcmp(a, "--iters")) iters = atoi(v);
+        else if (!strcmp(a, "--seed")) seed = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--weights")) weights = v;
+        else if (!strcmp(a, "--save")) save = v;
+        else if (!strcmp(a, "--offset")) offset = atoi(v);
+        else { usage(); return 2; }
+        ++i;
+    }
+    if (!cfg || !list || iters < 1 || offset < 0) { usage(); return 2; }
+
+    int npaths = 0;
+    char **paths = read_lines(list, &npaths);
+    if (!paths || !npaths) {
+        fprintf(stderr, "train_driver: no images in %s\n", list);
+        return 1;
+    }
+
+    gpu_index = -1; /* darknet's -nogpu: the CPU path, also in a CUDA build */
+    srand(seed);
+    network *net = parse_network_cfg((char *)cfg);
+    if (weights) load_weights(net, (char *)weights);
+    int imgs = net->batch * net->subdivisions;
+    int max_boxes = net->truths / 5;
+    printf("train_driver: %s, %dx%dx%d, batch %d x %d subdivisions, %d iterations, seed %u\n",
+           cfg, net->w, net->h, net->c, net->batch, net->subdivisions, iters, seed);
+
+    for (int it = 0; it < iters; ++it) {
+        data d = {0};
+        d.X = make_matrix(imgs, net->w * net->h * net->c);
+        d.y = make_matrix(imgs, net->truths);
+        for (int b = 0; b < imgs; ++b) {
+            char *path = paths[((long)offset + (long)it * imgs + b) % npaths];
+            image im = load_image_color(path, net->w, net->h);
+            memcpy(d.X.vals[b], im.data, sizeof(float) * d.X.cols);
+            free_image(im);
+            if (read_truth(path, d.y.vals[b], max_boxes)) return 1;
+        }
+        float loss = train_network(net, d);
+        free_data(d);
+        printf("iter %d loss %.9g %a\n", it + 1, loss, loss);
+        fflush(stdout);
+    }
+
+    save_weights(net, (char *)save);
+    long bytes;
+    uint64_t sum = fnv1a_file(save, &bytes);
+    if (bytes < 0) {
+        fprintf(stderr, "train_driver: cannot read back %s\n", save);
+        return 1;
+    }
+    printf("weights %s %ld bytes fnv1a64 %016llx\n", save, bytes, (unsigned long long)sum);
+    free_network(net);
+    for (int i = 0; i < npaths; ++i) free(paths[i]);
+    free(paths);
+    return 0;
+}

@@ -5,6 +5,7 @@
  *
  * Build: gcc -std=c99 -O2 -D_POSIX_C_SOURCE=200809L -o gen_dataset gen_dataset.c -lm
  * Usage: gen_dataset [--seed N] [--train 500] [--valid 100] [--size 128] OUTDIR
+ *
  * Pixels and labels are computed with integer arithmetic only, so the output
  * is byte-identical across compilers, libcs and CPUs.
  */
@@ -97,11 +98,14 @@ static void mkdir_p(const char *path)
         char saved = *p;
         struct stat st;
         *p = '\0';
-        if ((mkdir(tmp, 0777) != 0 && errno != EEXIST) || stat(tmp, &st) != 0)
-            die_path(tmp);
-        if (!S_ISDIR(st.st_mode)) {
-            errno = ENOTDIR;
-            die_path(tmp);
+        /* some file systems refuse mkdir on an existing directory with an
+         * error other than EEXIST, so ask stat before giving up */
+        if (mkdir(tmp, 0777) != 0) {
+            int e = errno;
+            if (stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode)) {
+                errno = e == EEXIST ? ENOTDIR : e;
+                die_path(tmp);
+            }
         }
         if ((*p = saved) == '\0')
             break;
@@ -301,8 +305,9 @@ static void pick_colour(uint64_t *rng, int mean, int lmin, int lmax, unsigned ch
     memcpy(out, mean < 122 ? bright : dark, 3);
 }
 
-/* The brief's limit is IoU <= 0.1; bounding the overlap by the smaller box
- * instead implies that and also stops a big shape from swallowing a small one. */
+/* A plain IoU <= 0.1 limit would still let a big shape cover most of a small
+ * one; capping the overlap at 10% of the smaller box implies IoU <= 0.1 and
+ * keeps every object's box at least 90% unoccluded. */
 static int overlaps_too_much(const struct object *a, const struct object *b)
 {
     int ix = MIN(a->bx1, b->bx1) - MAX(a->bx0, b->bx0) + 1;
@@ -412,25 +417,25 @@ int main(int argc, char **argv)
     long counts[2] = {(long)val[1], (long)val[2]}, total = 0;
     uint64_t seed = val[0];
     mkdir_p(outdir);
-    char *abs = realpath(outdir, NULL);
-    if (!abs)
+    char *root = realpath(outdir, NULL);
+    if (!root)
         die_path(outdir);
-    size_t cap = strlen(abs) + 64;
+    size_t cap = strlen(root) + 64;
     char *path = xmalloc(cap), *list_path = xmalloc(cap);
     static const char *const subdirs[3] = {"images", "labels", "backup"};
     for (int k = 0; k < 3; k++) {
-        snprintf(path, cap, "%s/%s", abs, subdirs[k]);
+        snprintf(path, cap, "%s/%s", root, subdirs[k]);
         mkdir_p(path);
     }
-    snprintf(path, cap, "%s/shapes.names", abs);
+    snprintf(path, cap, "%s/shapes.names", root);
     FILE *f = open_or_die(path, "w");
     fputs("circle\nsquare\ntriangle\n", f);
     close_or_die(f, path);
-    snprintf(path, cap, "%s/shapes.data", abs);
+    snprintf(path, cap, "%s/shapes.data", root);
     f = open_or_die(path, "w");
     fprintf(f, "classes = %d\ntrain = %s/train.txt\nvalid = %s/valid.txt\n"
                "names = %s/shapes.names\nbackup = %s/backup\n",
-            NUM_CLASSES, abs, abs, abs, abs);
+            NUM_CLASSES, root, root, root, root);
     close_or_die(f, path);
 
     int sz = (int)val[3];
@@ -439,7 +444,7 @@ int main(int argc, char **argv)
     png_init(&png, sz);
     static const char *const splits[2] = {"train", "valid"};
     for (int sp = 0; sp < 2; sp++) {
-        snprintf(list_path, cap, "%s/%s.txt", abs, splits[sp]);
+        snprintf(list_path, cap, "%s/%s.txt", root, splits[sp]);
         FILE *list = open_or_die(list_path, "w");
         for (long idx = 0; idx < counts[sp]; idx++) {
             /* One stream per (seed, split, index), so --train never
@@ -457,7 +462,7 @@ int main(int argc, char **argv)
                 }
             }
 
-            snprintf(path, cap, "%s/labels/%s_%05ld.txt", abs, splits[sp], idx);
+            snprintf(path, cap, "%s/labels/%s_%05ld.txt", root, splits[sp], idx);
             f = open_or_die(path, "w");
             for (int j = 0; j < n; j++) {
                 const struct object *o = &objs[j];
@@ -471,7 +476,7 @@ int main(int argc, char **argv)
             close_or_die(f, path);
 
             png_encode(&png, img, sz);
-            snprintf(path, cap, "%s/images/%s_%05ld.png", abs, splits[sp], idx);
+            snprintf(path, cap, "%s/images/%s_%05ld.png", root, splits[sp], idx);
             f = open_or_die(path, "wb");
             if (fwrite(png.buf, 1, png.len, f) != png.len)
                 die_path(path);
@@ -481,11 +486,11 @@ int main(int argc, char **argv)
         close_or_die(list, list_path);
     }
     printf("gen_dataset: wrote %ld train + %ld valid images (%ld objects) to %s\n",
-           counts[0], counts[1], total, abs);
+           counts[0], counts[1], total, root);
     free(png.buf);
     free(img);
     free(path);
     free(list_path);
-    free(abs);
+    free(root);
     return 0;
 }

@@ -1,6 +1,7 @@
 # Obtains darknet's source and applies patches/series to a copy of it.
 #
-# Sets DARKNET_DIR: the patched tree, inside the build directory. The pristine
+# Sets DARKNET_DIR, the patched tree inside the build directory, and
+# DARKNET_PRISTINE_DIR, the unpatched source it was copied from. The pristine
 # source comes from DARKNET_SOURCE_DIR when given (never modified), otherwise
 # from Debian's source package (cmake/fetch-darknet-source.sh), fetched once per
 # build directory. The patched copy carries a stamp of the pristine source and
@@ -42,6 +43,8 @@ else()
         file(WRITE "${_dn_root}/pristine.stamp" "${_dn_origin}")
     endif()
 endif()
+
+set(DARKNET_PRISTINE_DIR "${_dn_pristine}")
 
 # Everything that decides the patched tree's content goes into its stamp.
 file(STRINGS "${_dn_series}" _dn_series_lines)

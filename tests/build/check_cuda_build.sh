@@ -28,6 +28,11 @@ for dep in libcudnn libcublas libcudart; do
         echo "FAIL: $lib does not link $dep"; fail=1
     fi
 done
+if readelf -S "$lib" | grep -q '\.nv_fatbin'; then
+    echo "ok: $lib carries a .nv_fatbin section (device code)"
+else
+    echo "FAIL: $lib has no device code (.nv_fatbin section)"; fail=1
+fi
 if command -v cuobjdump > /dev/null 2>&1; then
     elf=$(cuobjdump --list-elf "$lib" 2>/dev/null || true)
     for a in $(echo "$archs" | tr ';' ' '); do

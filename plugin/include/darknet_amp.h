@@ -1,0 +1,117 @@
+/* darknet-amp: automatic mixed precision for darknet.
+ *
+ * Public C API. No CUDA types: CPU-only programs can include it. Every name
+ * starts with amp_ / AMP_. Functions report errors by returning an amp_status
+ * and, where they take one, writing a message into err (errlen bytes, always
+ * NUL-terminated); none of them exits. Free functions accept NULL.
+ */
+#ifndef DARKNET_AMP_H
+#define DARKNET_AMP_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DARKNET_AMP_VERSION_MAJOR 0
+#define DARKNET_AMP_VERSION_MINOR 1
+#define DARKNET_AMP_VERSION_PATCH 0
+
+struct network;
+
+typedef enum amp_dtype {
+    AMP_DTYPE_FLOAT32 = 0, /* the AMP machinery with no precision change */
+    AMP_DTYPE_FLOAT16 = 1, /* IEEE binary16 */
+    AMP_DTYPE_BFLOAT16 = 2
+} amp_dtype;
+
+typedef enum amp_status {
+    AMP_OK = 0,
+    AMP_ERR_INVALID = 1,   /* a bad argument or cfg value */
+    AMP_ERR_STATE = 2,     /* a call out of order (e.g. unscale twice before step) */
+    AMP_ERR_IO = 3,        /* a file could not be read or written */
+    AMP_ERR_FORMAT = 4,    /* a state file is corrupt, truncated or of another version */
+    AMP_ERR_NONFINITE = 5, /* amp_max_skips consecutive steps were skipped */
+    AMP_ERR_NOMEM = 6
+} amp_status;
+
+/* The scaler's settings; the [net] cfg keys of docs/cfg.md map onto them. */
+typedef struct amp_options {
+    amp_dtype dtype;
+    int dynamic;           /* 1: the scale adapts; 0: static, always init_scale */
+    float init_scale;      /* amp_init_scale, or loss_scale when static */
+    float growth_factor;   /* > 1 */
+    float backoff_factor;  /* in (0, 1) */
+    long growth_interval;  /* good steps before a growth, >= 1 */
+    int hysteresis;        /* overflows tolerated in a row before a backoff, >= 1 */
+    float min_scale;       /* backoff never goes below */
+    float max_scale;       /* growth never goes above */
+    long max_skips;        /* error after this many skipped steps in a row; 0 = never */
+} amp_options;
+
+/* Defaults: PyTorch GradScaler's (65536, x2, x0.5, 2000), hysteresis 1, scale in
+ * [1, 2^24], no skip limit; bfloat16 defaults to a static scale of 1. */
+void amp_options_init(amp_options *o, amp_dtype dtype);
+
+const char *amp_version(void);
+const char *amp_dtype_name(amp_dtype dtype);
+const char *amp_status_name(amp_status status);
+
+/* Makes darknet attach AMP to every network whose cfg says [net] amp=1 (and
+ * validate the AMP keys of every cfg). The fork's darknet program does this at
+ * start-up; other programs call it once. Idempotent. */
+amp_status amp_register(void);
+void amp_unregister(void);
+
+/* ---- Explicit scaler, for custom loops and several networks (GradScaler) ----
+ *
+ * One scaler may serve several networks. Per iteration, for each network:
+ * forward + backward as usual (train_network_datum, or forward_network +
+ * backward_network), then amp_unscale (optional) and amp_step; then one
+ * amp_update for all of them. A network attached through its cfg with no
+ * explicit scaler does all three by itself inside darknet's update_network.
+ */
+typedef struct amp_scaler amp_scaler;
+
+amp_status amp_scaler_create(const amp_options *o, amp_scaler **out, char *err, size_t errlen);
+void amp_scaler_free(amp_scaler *s);
+float amp_scaler_get_scale(const amp_scaler *s);
+/* Totals since creation (or since the state was loaded). */
+unsigned long long amp_scaler_steps(const amp_scaler *s);
+unsigned long long amp_scaler_skips(const amp_scaler *s);
+
+/* Attaches AMP to a built network with s as its scaler (s must outlive the
+ * attachment; NULL: a scaler of its own from the cfg's options, stepped by
+ * darknet's update_network). With an explicit scaler, darknet's own
+ * update_network still works but leaves the scale update to amp_update. */
+amp_status amp_attach(struct network *net, amp_scaler *s, char *err, size_t errlen);
+void amp_detach(struct network *net);
+/* The scaler a network uses, or NULL when AMP is not attached. */
+amp_scaler *amp_network_scaler(const struct network *net);
+
+/* Checks every parameter gradient of net for inf/NaN and unscales it. A second
+ * call before amp_step is AMP_ERR_STATE. */
+amp_status amp_unscale(amp_scaler *s, struct network *net, char *err, size_t errlen);
+/* darknet's update_network(net) if the gradients were finite; otherwise the
+ * step is skipped and weights, momentum and t stay as before the batch.
+ * Unscales first if amp_unscale was not called. */
+amp_status amp_step(amp_scaler *s, struct network *net, char *err, size_t errlen);
+/* Updates the scale once from the OR of the overflow flags of the networks
+ * stepped since the last update. AMP_ERR_STATE when none was stepped;
+ * AMP_ERR_NONFINITE when amp_max_skips is reached. */
+amp_status amp_update(amp_scaler *s, char *err, size_t errlen);
+/* 1 when net's last step was skipped, 0 when it ran, -1 when not attached. */
+int amp_step_skipped(const amp_scaler *s, const struct network *net);
+
+/* The scaler state of net, saved next to a weights file as <weights>.amp and
+ * loaded from there. darknet's save_weights/load_weights do this by
+ * themselves for attached networks. A missing file is AMP_OK with *found = 0. */
+amp_status amp_save_state(const struct network *net, const char *weights, char *err, size_t errlen);
+amp_status amp_load_state(struct network *net, const char *weights, int *found, char *err,
+                          size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

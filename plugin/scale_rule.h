@@ -1,0 +1,91 @@
+/* The loss-scale update rule, shared by the CPU scaler and (later) the CUDA
+ * kernel that updates the scale on the device: plain C, no libc calls beyond
+ * what CUDA device code also has, every function static inline and marked
+ * AMP_HD so that nvcc compiles it for both.
+ *
+ * PyTorch GradScaler's rule (torch/amp/grad_scaler.py, _amp_update_scale_):
+ * on an overflow the scale backs off and the good-step tracker resets; after
+ * growth_interval good steps in a row it grows, if the grown value is finite
+ * (the tracker resets either way). Added here: hysteresis (back off only after
+ * `hysteresis` overflows in a row, as DeepSpeed's delayed shift with
+ * consecutive_hysteresis), a floor for backoff (clamped to min_scale) and a
+ * ceiling for growth (a growth that would exceed max_scale is refused).
+ */
+#ifndef AMP_SCALE_RULE_H
+#define AMP_SCALE_RULE_H
+
+#ifdef __CUDACC__
+#define AMP_HD __host__ __device__
+#else
+#define AMP_HD
+#endif
+
+typedef struct amp_scale_params {
+    float growth_factor, backoff_factor, min_scale, max_scale;
+    long growth_interval;
+    int hysteresis;
+    int dynamic;
+} amp_scale_params;
+
+typedef struct amp_scale_state {
+    float scale;
+    long growth_tracker;         /* good steps in a row since the last change */
+    int hysteresis_left;         /* overflows still tolerated before a backoff */
+    long consecutive_skips;
+    unsigned long long steps, skips;
+} amp_scale_state;
+
+/* x is finite: not inf, not NaN (inf - inf and NaN - NaN are NaN). Needs no
+ * math.h, so host and device compile the same expression; like isfinite() it
+ * must not be built with -ffinite-math-only (the plugin never is). */
+AMP_HD static inline int amp_finite(float x)
+{
+    return x - x == 0.0f;
+}
+
+AMP_HD static inline void amp_scale_state_init(amp_scale_state *s, const amp_scale_params *p,
+                                               float init_scale)
+{
+    s->scale = init_scale;
+    s->growth_tracker = 0;
+    s->hysteresis_left = p->hysteresis;
+    s->consecutive_skips = 0;
+    s->steps = 0;
+    s->skips = 0;
+}
+
+/* One iteration's update from found_inf (any network overflowed). Returns 1
+ * when the scale changed. */
+AMP_HD static inline int amp_scale_update(amp_scale_state *s, const amp_scale_params *p,
+                                          int found_inf)
+{
+    float old = s->scale;
+    s->steps += 1;
+    if (found_inf) {
+        s->skips += 1;
+        s->consecutive_skips += 1;
+        s->growth_tracker = 0;
+        if (p->dynamic) {
+            s->hysteresis_left -= 1;
+            if (s->hysteresis_left <= 0) {
+                float backed = s->scale * p->backoff_factor;
+                s->scale = backed > p->min_scale ? backed : p->min_scale;
+                s->hysteresis_left = p->hysteresis;
+            }
+        }
+    } else {
+        s->consecutive_skips = 0;
+        s->hysteresis_left = p->hysteresis;
+        if (p->dynamic) {
+            s->growth_tracker += 1;
+            if (s->growth_tracker >= p->growth_interval) {
+                float grown = s->scale * p->growth_factor;
+                if (amp_finite(grown) && grown <= p->max_scale) s->scale = grown;
+                s->growth_tracker = 0;
+            }
+        }
+    }
+    return s->scale != old;
+}
+
+#endif

@@ -78,11 +78,13 @@ static void on_saved(void *ctx, network *net, const char *file)
     snprintf(c->file, sizeof c->file, "%s", file);
 }
 
-static void on_loaded(void *ctx, network *net, const char *file)
+static int on_loaded(void *ctx, network *net, const char *file, char *err, size_t n)
 {
     counts *c = ctx;
+    (void)err, (void)n;
     c->loaded += net->hook_data == c;
     snprintf(c->file, sizeof c->file, "%s", file);
+    return 0;
 }
 
 static void on_freed(void *ctx, network *net)

@@ -1,0 +1,466 @@
+/* The scaler's state sidecar, <weights>.amp.
+ *
+ * Format, version 1: 64 bytes, every integer little-endian whatever the host,
+ * written and read field by field with explicit shifts, so the file does not
+ * depend on the host's struct layout, padding or byte order.
+ *
+ *   offset size field
+ *        0    8 magic "DNAMPST\0"
+ *        8    4 u32 format version (1)
+ *       12    4 u32 payload length (44)
+ *       16    4 u32 dtype (amp_dtype: 0 float32, 1 float16, 2 bfloat16)
+ *       20    4 f32 scale, its IEEE 754 binary32 bits as a u32
+ *       24    8 i64 growth_tracker (two's complement)
+ *       32    4 i32 hysteresis_left
+ *       36    8 i64 consecutive_skips
+ *       44    8 u64 steps
+ *       52    8 u64 skips
+ *       60    4 u32 CRC-32 (IEEE 802.3: reflected polynomial 0xEDB88320,
+ *                   initial value and final xor 0xFFFFFFFF) of bytes 0..59
+ *
+ * The reader accepts a file only if it is exactly 64 bytes, the magic,
+ * version, payload length and CRC match, and the values are in range: scale
+ * finite and > 0, a known dtype, growth_tracker, hysteresis_left and
+ * consecutive_skips >= 0, skips <= steps. A later version may have another
+ * length: the version is checked before the size, so the message says which.
+ *
+ * Saving is atomic: a temporary file "<weights>.amp.tmp.<pid>.<n>" in the same
+ * directory (rename() is atomic only within one file system) is written,
+ * fsync'ed and closed, then rename()d over the sidecar, and the directory is
+ * fsync'ed so that the rename itself survives a power cut. A crash leaves the
+ * old sidecar or the new one, whole, plus possibly a stray temporary file,
+ * which the reader never looks at.
+ *
+ * Test aid: DARKNET_AMP_TEST_CRASH_IN_SAVE=1 in the environment makes
+ * amp_state_file_write write the first half of the temporary file and then
+ * raise(SIGKILL), so a test can show that an interrupted save leaves the
+ * previous sidecar readable. Any other value, or none, is ignored.
+ */
+#include "state_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define SF_MAGIC "DNAMPST" /* with its NUL: 8 bytes */
+#define SF_MAGIC_SIZE 8
+#define SF_HEADER_SIZE 16
+#define SF_PAYLOAD_SIZE 44
+#define SF_CRC_OFFSET (SF_HEADER_SIZE + SF_PAYLOAD_SIZE)
+#define SF_FILE_SIZE (SF_CRC_OFFSET + 4)
+/* Linux's PATH_MAX; open() refuses longer paths anyway. */
+#define SF_PATH_MAX 4096
+/* Temporary names carry the pid; a few more tries cover a stale file left by
+ * a killed writer whose pid has been reused. */
+#define SF_TMP_TRIES 100
+
+typedef char sf_float_is_binary32[sizeof(float) == 4 ? 1 : -1];
+#if INT_MAX < INT32_MAX
+#error "amp_scale_state.hysteresis_left (int) must hold an i32"
+#endif
+#if ULLONG_MAX > UINT64_MAX
+#error "amp_scale_state.steps/skips (unsigned long long) must fit a u64"
+#endif
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (!err || errlen == 0) return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* Bitwise CRC-32: the file is 60 bytes, so a table buys nothing. */
+static uint32_t sf_crc32(const unsigned char *p, size_t n)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    size_t i;
+    int k;
+    for (i = 0; i < n; i++) {
+        c ^= p[i];
+        for (k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+    }
+    return c ^ 0xFFFFFFFFu;
+}
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v & 0xFFu);
+    p[1] = (unsigned char)((v >> 8) & 0xFFu);
+    p[2] = (unsigned char)((v >> 16) & 0xFFu);
+    p[3] = (unsigned char)((v >> 24) & 0xFFu);
+}
+
+static void put_u64(unsigned char *p, uint64_t v)
+{
+    put_u32(p, (uint32_t)(v & 0xFFFFFFFFu));
+    put_u32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint32_t get_u32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get_u64(const unsigned char *p)
+{
+    return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
+
+/* Two's complement decoding without the implementation-defined conversion of
+ * an out-of-range unsigned value to a signed type. */
+static int64_t i64_from_u64(uint64_t u)
+{
+    return u <= (uint64_t)INT64_MAX ? (int64_t)u : -(int64_t)(~u) - 1;
+}
+
+static int32_t i32_from_u32(uint32_t u)
+{
+    return u <= (uint32_t)INT32_MAX ? (int32_t)u : -(int32_t)(~u) - 1;
+}
+
+static uint32_t bits_from_float(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float float_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* The decoded values, in the file's own widths. */
+typedef struct sf_values {
+    uint32_t dtype;
+    float scale;
+    int64_t growth_tracker;
+    int32_t hysteresis_left;
+    int64_t consecutive_skips;
+    uint64_t steps, skips;
+} sf_values;
+
+/* 0 when v is a state the scaler can run from; otherwise -1 and why. Shared by
+ * the writer (never write what the reader would refuse) and the reader. */
+static int check_values(const sf_values *v, char *why, size_t n)
+{
+    if (v->dtype != AMP_DTYPE_FLOAT32 && v->dtype != AMP_DTYPE_FLOAT16 &&
+        v->dtype != AMP_DTYPE_BFLOAT16) {
+        snprintf(why, n, "unknown dtype %" PRIu32, v->dtype);
+    } else if (!amp_finite(v->scale) || !(v->scale > 0.0f)) {
+        snprintf(why, n, "scale %g (bits 0x%08" PRIx32 ") is not a finite number > 0",
+                 (double)v->scale, bits_from_float(v->scale));
+    } else if (v->growth_tracker < 0) {
+        snprintf(why, n, "negative growth_tracker %" PRId64, v->growth_tracker);
+    } else if (v->hysteresis_left < 0) {
+        snprintf(why, n, "negative hysteresis_left %" PRId32, v->hysteresis_left);
+    } else if (v->consecutive_skips < 0) {
+        snprintf(why, n, "negative consecutive_skips %" PRId64, v->consecutive_skips);
+    } else if (v->skips > v->steps) {
+        snprintf(why, n, "skips %" PRIu64 " > steps %" PRIu64, v->skips, v->steps);
+#if LONG_MAX < INT64_MAX
+    } else if (v->growth_tracker > LONG_MAX) {
+        snprintf(why, n, "growth_tracker %" PRId64 " does not fit a long here", v->growth_tracker);
+    } else if (v->consecutive_skips > LONG_MAX) {
+        snprintf(why, n, "consecutive_skips %" PRId64 " does not fit a long here",
+                 v->consecutive_skips);
+#endif
+    } else {
+        return 0;
+    }
+    return -1;
+}
+
+int amp_state_file_path(const char *weights, char *out, size_t size)
+{
+    int n;
+    if (!weights || !out || size == 0) return -1;
+    n = snprintf(out, size, "%s.amp", weights);
+    if (n < 0 || (size_t)n >= size) {
+        out[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
+static int write_all(int fd, const unsigned char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Makes the rename durable. File systems that cannot fsync a directory say
+ * EINVAL (or ENOTSUP); there is nothing more to do on them. */
+static amp_status sync_dir(const char *file, const char *sidecar, char *err, size_t errlen)
+{
+    char dir[SF_PATH_MAX];
+    const char *slash = strrchr(file, '/');
+    int fd, e;
+    if (!slash) {
+        snprintf(dir, sizeof dir, ".");
+    } else if (slash == file) {
+        snprintf(dir, sizeof dir, "/");
+    } else {
+        size_t len = (size_t)(slash - file);
+        memcpy(dir, file, len); /* len < strlen(file) < SF_PATH_MAX */
+        dir[len] = '\0';
+    }
+    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        set_err(err, errlen,
+                "state file %s: saved, but cannot open its directory %s to sync it: %s", sidecar,
+                dir, strerror(errno));
+        return AMP_ERR_IO;
+    }
+    if (fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP) {
+        e = errno;
+        close(fd);
+        set_err(err, errlen, "state file %s: saved, but syncing its directory %s failed: %s",
+                sidecar, dir, strerror(e));
+        return AMP_ERR_IO;
+    }
+    close(fd);
+    return AMP_OK;
+}
+
+amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_scale_state *s,
+                                char *err, size_t errlen)
+{
+    char path[SF_PATH_MAX], tmp[SF_PATH_MAX], why[160];
+    unsigned char buf[SF_FILE_SIZE];
+    const char *crash = getenv("DARKNET_AMP_TEST_CRASH_IN_SAVE");
+    sf_values v;
+    int fd = -1, attempt, e;
+
+    if (err && errlen) err[0] = '\0';
+    if (!weights || !s) {
+        set_err(err, errlen, "amp_state_file_write: %s is NULL",
+                weights ? "the state" : "the weights path");
+        return AMP_ERR_INVALID;
+    }
+    if (amp_state_file_path(weights, path, sizeof path) != 0) {
+        set_err(err, errlen, "state file for %s: path longer than %d bytes", weights,
+                SF_PATH_MAX - 1);
+        return AMP_ERR_INVALID;
+    }
+#if LONG_MAX > INT64_MAX
+    if (s->growth_tracker > INT64_MAX || s->consecutive_skips > INT64_MAX) {
+        set_err(err, errlen, "state file %s: refusing to save: a counter does not fit an i64",
+                path);
+        return AMP_ERR_INVALID;
+    }
+#endif
+    v.dtype = (uint32_t)dtype;
+    v.scale = s->scale;
+    v.growth_tracker = s->growth_tracker;
+    v.hysteresis_left = s->hysteresis_left;
+    v.consecutive_skips = s->consecutive_skips;
+    v.steps = s->steps;
+    v.skips = s->skips;
+    if (check_values(&v, why, sizeof why) != 0) {
+        set_err(err, errlen, "state file %s: refusing to save: %s", path, why);
+        return AMP_ERR_INVALID;
+    }
+
+    memcpy(buf, SF_MAGIC, SF_MAGIC_SIZE);
+    put_u32(buf + 8, AMP_STATE_FORMAT_VERSION);
+    put_u32(buf + 12, SF_PAYLOAD_SIZE);
+    put_u32(buf + 16, v.dtype);
+    put_u32(buf + 20, bits_from_float(v.scale));
+    put_u64(buf + 24, (uint64_t)v.growth_tracker);
+    put_u32(buf + 32, (uint32_t)v.hysteresis_left);
+    put_u64(buf + 36, (uint64_t)v.consecutive_skips);
+    put_u64(buf + 44, v.steps);
+    put_u64(buf + 52, v.skips);
+    put_u32(buf + SF_CRC_OFFSET, sf_crc32(buf, SF_CRC_OFFSET));
+
+    for (attempt = 0; attempt < SF_TMP_TRIES; attempt++) {
+        int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%d", path, (long)getpid(), attempt);
+        if (n < 0 || (size_t)n >= sizeof tmp) {
+            set_err(err, errlen, "state file %s: temporary file name longer than %d bytes", path,
+                    SF_PATH_MAX - 1);
+            return AMP_ERR_INVALID;
+        }
+        /* O_EXCL: never write through a file (or symlink) someone else made. */
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0 || errno != EEXIST) break;
+    }
+    if (fd < 0) {
+        set_err(err, errlen, "state file %s: cannot create temporary file %s: %s", path, tmp,
+                attempt == SF_TMP_TRIES ? "too many stale temporary files" : strerror(errno));
+        return AMP_ERR_IO;
+    }
+
+    if (crash && strcmp(crash, "1") == 0) {
+        /* write() has no user-space buffer, so the half is in the kernel, as a
+         * crash between two writes of a buffered writer would leave it. */
+        if (write_all(fd, buf, SF_FILE_SIZE / 2) == 0) raise(SIGKILL);
+        /* Not reached: an unblockable signal raised by a single-threaded
+         * process is delivered before raise() returns. */
+        close(fd);
+        unlink(tmp);
+        set_err(err, errlen,
+                "state file %s: DARKNET_AMP_TEST_CRASH_IN_SAVE=1 did not kill the process", path);
+        return AMP_ERR_IO;
+    }
+
+    if (write_all(fd, buf, sizeof buf) != 0) {
+        e = errno;
+        close(fd);
+        unlink(tmp);
+        set_err(err, errlen, "state file %s: writing temporary file %s failed: %s", path, tmp,
+                strerror(e));
+        return AMP_ERR_IO;
+    }
+    if (fsync(fd) != 0) {
+        e = errno;
+        close(fd);
+        unlink(tmp);
+        set_err(err, errlen, "state file %s: fsync of temporary file %s failed: %s", path, tmp,
+                strerror(e));
+        return AMP_ERR_IO;
+    }
+    if (close(fd) != 0) {
+        e = errno;
+        unlink(tmp);
+        set_err(err, errlen, "state file %s: closing temporary file %s failed: %s", path, tmp,
+                strerror(e));
+        return AMP_ERR_IO;
+    }
+    if (rename(tmp, path) != 0) {
+        e = errno;
+        unlink(tmp);
+        set_err(err, errlen, "state file %s: renaming %s over it failed: %s", path, tmp,
+                strerror(e));
+        return AMP_ERR_IO;
+    }
+    return sync_dir(path, path, err, errlen);
+}
+
+amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_state *s,
+                               int *found, char *err, size_t errlen)
+{
+    char path[SF_PATH_MAX], why[160];
+    /* One byte more than a file may have, to see trailing bytes. */
+    unsigned char buf[SF_FILE_SIZE + 1];
+    size_t n = 0;
+    uint32_t version, length, stored, computed;
+    sf_values v;
+    int fd, e;
+
+    if (err && errlen) err[0] = '\0';
+    if (found) *found = 0;
+    if (!weights || !dtype || !s || !found) {
+        set_err(err, errlen, "amp_state_file_read: NULL argument");
+        return AMP_ERR_INVALID;
+    }
+    if (amp_state_file_path(weights, path, sizeof path) != 0) {
+        set_err(err, errlen, "state file for %s: path longer than %d bytes", weights,
+                SF_PATH_MAX - 1);
+        return AMP_ERR_INVALID;
+    }
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return AMP_OK;
+        set_err(err, errlen, "state file %s: cannot open: %s", path, strerror(errno));
+        return AMP_ERR_IO;
+    }
+    while (n < sizeof buf) {
+        ssize_t r = read(fd, buf + n, sizeof buf - n);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            e = errno;
+            close(fd);
+            set_err(err, errlen, "state file %s: cannot read: %s", path, strerror(e));
+            return AMP_ERR_IO;
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    close(fd);
+
+    if (n < SF_HEADER_SIZE) {
+        set_err(err, errlen, "state file %s: truncated: %zu bytes, shorter than the %d-byte header",
+                path, n, SF_HEADER_SIZE);
+        return AMP_ERR_FORMAT;
+    }
+    if (memcmp(buf, SF_MAGIC, SF_MAGIC_SIZE) != 0) {
+        set_err(err, errlen, "state file %s: not a darknet-amp state file (bad magic)", path);
+        return AMP_ERR_FORMAT;
+    }
+    version = get_u32(buf + 8);
+    if (version != AMP_STATE_FORMAT_VERSION) {
+        set_err(err, errlen,
+                "state file %s: format version %" PRIu32 ", this build reads version %d", path,
+                version, AMP_STATE_FORMAT_VERSION);
+        return AMP_ERR_FORMAT;
+    }
+    length = get_u32(buf + 12);
+    if (length != SF_PAYLOAD_SIZE) {
+        set_err(err, errlen, "state file %s: payload length %" PRIu32 ", version %d has %d", path,
+                length, AMP_STATE_FORMAT_VERSION, SF_PAYLOAD_SIZE);
+        return AMP_ERR_FORMAT;
+    }
+    if (n < SF_FILE_SIZE) {
+        set_err(err, errlen, "state file %s: truncated: %zu bytes, expected %d", path, n,
+                SF_FILE_SIZE);
+        return AMP_ERR_FORMAT;
+    }
+    if (n > SF_FILE_SIZE) {
+        set_err(err, errlen, "state file %s: trailing bytes after the %d the format defines", path,
+                SF_FILE_SIZE);
+        return AMP_ERR_FORMAT;
+    }
+    stored = get_u32(buf + SF_CRC_OFFSET);
+    computed = sf_crc32(buf, SF_CRC_OFFSET);
+    if (stored != computed) {
+        set_err(err, errlen, "state file %s: checksum mismatch (stored 0x%08" PRIx32
+                ", computed 0x%08" PRIx32 ")", path, stored, computed);
+        return AMP_ERR_FORMAT;
+    }
+
+    v.dtype = get_u32(buf + 16);
+    v.scale = float_from_bits(get_u32(buf + 20));
+    v.growth_tracker = i64_from_u64(get_u64(buf + 24));
+    v.hysteresis_left = i32_from_u32(get_u32(buf + 32));
+    v.consecutive_skips = i64_from_u64(get_u64(buf + 36));
+    v.steps = get_u64(buf + 44);
+    v.skips = get_u64(buf + 52);
+    if (check_values(&v, why, sizeof why) != 0) {
+        set_err(err, errlen, "state file %s: %s", path, why);
+        return AMP_ERR_FORMAT;
+    }
+
+    *dtype = (amp_dtype)v.dtype;
+    s->scale = v.scale;
+    s->growth_tracker = (long)v.growth_tracker;
+    s->hysteresis_left = (int)v.hysteresis_left;
+    s->consecutive_skips = (long)v.consecutive_skips;
+    s->steps = (unsigned long long)v.steps;
+    s->skips = (unsigned long long)v.skips;
+    *found = 1;
+    return AMP_OK;
+}

@@ -1,0 +1,489 @@
+/* AMP on a darknet network: loss scaling, momentum-safe unscaling, and the
+ * inf/NaN-gated optimizer step, through darknet's per-layer function pointers.
+ *
+ * darknet accumulates gradients into the *_updates arrays, which also hold the
+ * momentum history (U = m*U_prev + g1 + g2 + ..., summed in a fixed order).
+ * Scaling must leave no trace in that history, and darknet's summation order
+ * must not change (docs/design.md). So, before the batch's first backward,
+ * each history is saved and multiplied by the scale S; darknet then
+ * accumulates the S-scaled gradients onto it in its own order; at the step
+ * every element is checked and multiplied by 1/S. With S a power of two both
+ * multiplications are exact, and an overflow-free step is bit-for-bit
+ * darknet's own. A step with a non-finite element restores every history from
+ * the saved copy and skips every layer's update (and darknet's t), so weights
+ * and momentum are exactly as before the batch.
+ *
+ * Wrapped pointers: forward of layers that own a cost (l.cost != NULL:
+ * cost, detection, iseg, logistic, region, softmax, yolo) scales their delta
+ * by S; backward of layers with parameters or a cost starts the batch; update
+ * of layers with parameters takes the step. Recurrent layers' sub-layers are
+ * called by their parent, whose pointers are wrapped, and their gradients are
+ * part of the parent's.
+ */
+#include "amp_internal.h"
+#include "network.h" /* get_layer_string */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+amp_net *amp_net_of(const network *net)
+{
+    amp_net *an = net ? net->hook_data : NULL;
+    return an && an->scaler ? an : NULL;
+}
+
+/* ---- parameter gradients ---- */
+
+static int add_tensor(amp_net *an, int index, const char *sub, const char *what, float *grad,
+                      size_t n)
+{
+    if (!grad || !n) return 0;
+    amp_tensor *t = realloc(an->tensors, (an->ntensors + 1) * sizeof *t);
+    if (!t) return -1;
+    an->tensors = t;
+    t += an->ntensors++;
+    t->grad = grad;
+    t->n = n;
+    t->offset = an->nparams;
+    t->layer = index;
+    snprintf(t->name, sizeof t->name, "%s%s%s", sub, *sub ? "." : "", what);
+    an->nparams += n;
+    return 0;
+}
+
+/* The gradients of one layer that darknet's update consumes, by type. */
+static int add_layer_tensors(amp_net *an, int index, const char *sub, const layer *l)
+{
+    size_t w = 0, b = 0, s = 0;
+    switch (l->type) {
+    case CONVOLUTIONAL:
+    case DECONVOLUTIONAL:
+        w = l->nweights, b = l->n, s = l->batch_normalize ? l->n : 0;
+        break;
+    case CONNECTED:
+        w = (size_t)l->inputs * l->outputs, b = l->outputs;
+        s = l->batch_normalize ? l->outputs : 0;
+        break;
+    case LOCAL:
+        w = (size_t)l->c * l->n * l->size * l->size * l->out_w * l->out_h, b = l->outputs;
+        break;
+    default:
+        return 0;
+    }
+    if (add_tensor(an, index, sub, "weights", l->weight_updates, w) ||
+        add_tensor(an, index, sub, "biases", l->bias_updates, b) ||
+        add_tensor(an, index, sub, "scales", l->scale_updates, s))
+        return -1;
+    return 0;
+}
+
+static int collect_tensors(amp_net *an)
+{
+    network *net = an->net;
+    for (int i = 0; i < net->n; ++i) {
+        layer *l = &net->layers[i];
+        if (!l->update) continue; /* no step consumes its gradients */
+        struct { const char *name; layer *sub; } subs[8];
+        int nsub = 0;
+        switch (l->type) {
+        case RNN:
+        case CRNN:
+            subs[0].name = "input", subs[0].sub = l->input_layer;
+            subs[1].name = "self", subs[1].sub = l->self_layer;
+            subs[2].name = "output", subs[2].sub = l->output_layer;
+            nsub = 3;
+            break;
+        case GRU:
+            subs[0].name = "uz", subs[0].sub = l->uz, subs[1].name = "wz", subs[1].sub = l->wz;
+            subs[2].name = "ur", subs[2].sub = l->ur, subs[3].name = "wr", subs[3].sub = l->wr;
+            subs[4].name = "uh", subs[4].sub = l->uh, subs[5].name = "wh", subs[5].sub = l->wh;
+            nsub = 6;
+            break;
+        case LSTM:
+            subs[0].name = "wf", subs[0].sub = l->wf, subs[1].name = "wi", subs[1].sub = l->wi;
+            subs[2].name = "wg", subs[2].sub = l->wg, subs[3].name = "wo", subs[3].sub = l->wo;
+            subs[4].name = "uf", subs[4].sub = l->uf, subs[5].name = "ui", subs[5].sub = l->ui;
+            subs[6].name = "ug", subs[6].sub = l->ug, subs[7].name = "uo", subs[7].sub = l->uo;
+            nsub = 8;
+            break;
+        default:
+            if (add_layer_tensors(an, i, "", l)) return -1;
+        }
+        for (int k = 0; k < nsub; ++k)
+            if (subs[k].sub && add_layer_tensors(an, i, subs[k].name, subs[k].sub)) return -1;
+    }
+    return 0;
+}
+
+static void describe_tensor(const amp_net *an, const amp_tensor *t, char *out, size_t size)
+{
+    const layer *l = &an->net->layers[t->layer];
+    snprintf(out, size, "layer %d [%s] %s", t->layer, get_layer_string(l->type), t->name);
+}
+
+/* ---- the batch: scale, check, unscale, step ---- */
+
+static void begin_batch(amp_net *an)
+{
+    float s = an->scaler->state.scale;
+    an->batch_scale = s;
+    for (int k = 0; k < an->ntensors; ++k) {
+        amp_tensor *t = &an->tensors[k];
+        memcpy(an->saved + t->offset, t->grad, t->n * sizeof(float));
+        if (s != 1.0f)
+            for (size_t i = 0; i < t->n; ++i) t->grad[i] *= s;
+    }
+    an->phase = AMP_PHASE_ACCUMULATING;
+}
+
+static void inject(amp_net *an)
+{
+    unsigned long step = an->step_index + 1;
+    for (int j = 0; j < an->ninject; ++j) {
+        const amp_injection *in = &an->inject[j];
+        for (int k = 0; k < in->nsteps; ++k) {
+            if (in->steps[k] != step) continue;
+            for (int t = 0; t < an->ntensors; ++t)
+                if (an->tensors[t].layer == in->layer && !strcmp(an->tensors[t].name, in->tensor))
+                    an->tensors[t].grad[an->tensors[t].n / 2] = in->value;
+        }
+    }
+}
+
+/* Checks every element (scaled: an overflow shows as inf) and multiplies it by
+ * 1/S. Tensors are visited from the output layer back, so the first
+ * non-finite one found is where backpropagation first overflowed; after it
+ * nothing needs unscaling, since the step will restore every history. */
+static void unscale(amp_net *an)
+{
+    float inv = (float)(1.0 / (double)an->batch_scale);
+    inject(an);
+    an->found_inf = 0;
+    an->bad[0] = 0;
+    for (int k = an->ntensors - 1; k >= 0; --k) {
+        amp_tensor *t = &an->tensors[k];
+        float *g = t->grad;
+        /* v - v is 0 for finite v and NaN for inf or NaN; a sum of zeros stays
+         * 0, so one NaN test per tensor suffices and the loop vectorizes. */
+        float acc = 0.0f;
+        for (size_t i = 0; i < t->n; ++i) {
+            float v = g[i];
+            acc += v - v;
+            g[i] = v * inv;
+        }
+        if (!(acc == 0.0f)) {
+            an->found_inf = 1;
+            describe_tensor(an, t, an->bad, sizeof an->bad);
+            break;
+        }
+    }
+    an->phase = AMP_PHASE_UNSCALED;
+}
+
+static void restore(amp_net *an)
+{
+    for (int k = 0; k < an->ntensors; ++k) {
+        amp_tensor *t = &an->tensors[k];
+        memcpy(t->grad, an->saved + t->offset, t->n * sizeof(float));
+    }
+}
+
+/* Decides the step. Runs inside update_network, after it incremented t. */
+static void decide(amp_net *an, int inside_update)
+{
+    amp_scaler *s = an->scaler;
+    an->step_index += 1;
+    an->skipped = an->found_inf;
+    if (an->skipped) {
+        restore(an);
+        if (inside_update) *an->net->t -= 1;
+        if (!s->pending_inf) snprintf(s->first_bad, sizeof s->first_bad, "%s", an->bad);
+        fprintf(stderr, "amp: step %lu skipped: non-finite gradient, first in %s (loss scale %g)\n",
+                an->step_index, an->bad, an->batch_scale);
+    }
+    s->pending += 1;
+    s->pending_inf |= an->found_inf;
+    an->phase = AMP_PHASE_STEPPED;
+    if (an->owns_scaler) {
+        float before = s->state.scale;
+        if (amp_scaler_apply(s, an->error, sizeof an->error) != AMP_OK)
+            fprintf(stderr, "%s\n", an->error);
+        if (s->state.scale != before)
+            fprintf(stderr, "amp: loss scale %g -> %g\n", before, s->state.scale);
+    }
+}
+
+/* ---- the wrappers ---- */
+
+static void wrap_forward(layer l, network net)
+{
+    const amp_layer *al = l.hook_data;
+    al->forward(l, net);
+    float s = al->owner->scaler->state.scale;
+    if (net.train && l.delta && s != 1.0f) {
+        size_t n = (size_t)l.outputs * l.batch;
+        for (size_t i = 0; i < n; ++i) l.delta[i] *= s;
+    }
+}
+
+static void wrap_backward(layer l, network net)
+{
+    const amp_layer *al = l.hook_data;
+    if (al->owner->phase != AMP_PHASE_ACCUMULATING) begin_batch(al->owner);
+    al->backward(l, net);
+}
+
+static void wrap_update(layer l, update_args a)
+{
+    const amp_layer *al = l.hook_data;
+    amp_net *an = al->owner;
+    if (an->phase == AMP_PHASE_ACCUMULATING) unscale(an);
+    if (an->phase == AMP_PHASE_UNSCALED) decide(an, 1);
+    if (an->phase == AMP_PHASE_STEPPED && an->skipped) return;
+    al->update(l, a);
+}
+
+/* ---- attach / detach ---- */
+
+amp_status amp_net_attach(amp_net *an, amp_scaler *s, char *err, size_t errlen)
+{
+    network *net = an->net;
+    an->scaler = s;
+#ifdef GPU
+    if (net->gpu_index >= 0) {
+        amp_errorf(err, errlen, "%s: AMP on the GPU is not implemented yet; train with -nogpu "
+                                "or without amp=1", an->cfgfile[0] ? an->cfgfile : "network");
+        return AMP_ERR_INVALID;
+    }
+#endif
+    if (collect_tensors(an)) goto nomem;
+    const char *spec = getenv("DARKNET_AMP_INJECT");
+    if (spec) {
+        amp_status st = amp_parse_injection(an, spec, err, errlen);
+        if (st != AMP_OK) return st;
+    }
+    an->saved = malloc((an->nparams ? an->nparams : 1) * sizeof(float));
+    if (!an->saved) goto nomem;
+    an->phase = AMP_PHASE_IDLE;
+    for (int i = 0; i < net->n; ++i) {
+        layer *l = &net->layers[i];
+        amp_layer *al = &an->layers[i];
+        al->owner = an;
+        al->index = i;
+        al->forward = l->forward;
+        al->backward = l->backward;
+        al->update = l->update;
+        int params = l->update != NULL;
+        if (l->cost && l->forward) l->forward = wrap_forward;
+        if ((params || l->cost) && l->backward) l->backward = wrap_backward;
+        if (params) l->update = wrap_update;
+        al->wrapped = l->forward != al->forward || l->backward != al->backward ||
+                      l->update != al->update;
+        if (al->wrapped) l->hook_data = al;
+    }
+    net->hook_data = an;
+    return AMP_OK;
+nomem:
+    amp_errorf(err, errlen, "amp: out of memory attaching to %s", an->cfgfile);
+    return AMP_ERR_NOMEM;
+}
+
+void amp_net_free(amp_net *an)
+{
+    if (!an) return;
+    network *net = an->net;
+    if (an->scaler && net) {
+        for (int i = 0; i < net->n; ++i) {
+            amp_layer *al = &an->layers[i];
+            if (!al->wrapped) continue;
+            net->layers[i].forward = al->forward;
+            net->layers[i].backward = al->backward;
+            net->layers[i].update = al->update;
+            net->layers[i].hook_data = NULL;
+        }
+    }
+    if (net && net->hook_data == an) net->hook_data = NULL;
+    if (an->owns_scaler) amp_scaler_free(an->scaler);
+    amp_scaler_free(an->parsed); /* a parse that never finished */
+    free(an->layers);
+    free(an->tensors);
+    free(an->saved);
+    free(an);
+}
+
+/* ---- the public API on networks ---- */
+
+amp_net *amp_net_new(network *net)
+{
+    amp_net *an = calloc(1, sizeof *an);
+    if (!an) return NULL;
+    an->net = net;
+    an->layers = calloc(net->n ? net->n : 1, sizeof *an->layers);
+    if (!an->layers) {
+        free(an);
+        return NULL;
+    }
+    for (int i = 0; i < net->n; ++i) an->layers[i].half_allowed = 1;
+    return an;
+}
+
+amp_status amp_attach(network *net, amp_scaler *s, char *err, size_t errlen)
+{
+    if (!net) {
+        amp_errorf(err, errlen, "amp_attach: NULL network");
+        return AMP_ERR_INVALID;
+    }
+    if (net->hook_data) {
+        amp_errorf(err, errlen, "amp_attach: the network already has AMP attached");
+        return AMP_ERR_STATE;
+    }
+    amp_net *an = amp_net_new(net);
+    if (!an) {
+        amp_errorf(err, errlen, "amp_attach: out of memory");
+        return AMP_ERR_NOMEM;
+    }
+    an->enabled = 1;
+    if (!s) {
+        amp_options o;
+        amp_options_init(&o, AMP_DTYPE_FLOAT32);
+        amp_status st = amp_scaler_create(&o, &s, err, errlen);
+        if (st != AMP_OK) {
+            amp_net_free(an);
+            return st;
+        }
+        an->owns_scaler = 1;
+    }
+    amp_status st = amp_net_attach(an, s, err, errlen);
+    if (st != AMP_OK) {
+        an->scaler = an->owns_scaler ? s : NULL; /* an owned scaler goes with it */
+        amp_net_free(an);
+    }
+    return st;
+}
+
+void amp_detach(network *net)
+{
+    amp_net *an = net ? net->hook_data : NULL;
+    amp_net_free(an);
+}
+
+amp_scaler *amp_network_scaler(const network *net)
+{
+    amp_net *an = amp_net_of(net);
+    return an ? an->scaler : NULL;
+}
+
+static amp_net *checked(amp_scaler *s, const network *net, const char *fn, char *err,
+                        size_t errlen)
+{
+    amp_net *an = amp_net_of(net);
+    if (!an)
+        amp_errorf(err, errlen, "%s: AMP is not attached to this network", fn);
+    else if (s && an->scaler != s)
+        amp_errorf(err, errlen, "%s: the network uses another scaler", fn);
+    else
+        return an;
+    return NULL;
+}
+
+amp_status amp_unscale(amp_scaler *s, network *net, char *err, size_t errlen)
+{
+    amp_net *an = checked(s, net, "amp_unscale", err, errlen);
+    if (!an) return AMP_ERR_INVALID;
+    if (an->phase == AMP_PHASE_UNSCALED) {
+        amp_errorf(err, errlen, "amp_unscale: already unscaled since the last step "
+                                "(a second unscale would divide the gradients twice)");
+        return AMP_ERR_STATE;
+    }
+    if (an->phase != AMP_PHASE_ACCUMULATING) {
+        amp_errorf(err, errlen, "amp_unscale: no backward pass since the last step");
+        return AMP_ERR_STATE;
+    }
+    unscale(an);
+    return AMP_OK;
+}
+
+amp_status amp_step(amp_scaler *s, network *net, char *err, size_t errlen)
+{
+    amp_net *an = checked(s, net, "amp_step", err, errlen);
+    if (!an) return AMP_ERR_INVALID;
+    if (an->phase == AMP_PHASE_ACCUMULATING) unscale(an);
+    if (an->phase != AMP_PHASE_UNSCALED) {
+        amp_errorf(err, errlen, "amp_step: no backward pass since the last step");
+        return AMP_ERR_STATE;
+    }
+    update_network(net);
+    if (an->phase == AMP_PHASE_UNSCALED) decide(an, 0); /* no layer has parameters */
+    if (an->error[0]) {
+        amp_errorf(err, errlen, "%s", an->error);
+        return AMP_ERR_NONFINITE;
+    }
+    return AMP_OK;
+}
+
+int amp_step_skipped(const amp_scaler *s, const network *net)
+{
+    amp_net *an = amp_net_of(net);
+    if (!an || (s && an->scaler != s)) return -1;
+    return an->step_index > 0 && an->skipped;
+}
+
+/* ---- test aid: DARKNET_AMP_INJECT ---- */
+
+static int parse_value(const char *v, float *out)
+{
+    char *end;
+    *out = strtof(v, &end); /* takes nan, inf, -inf too */
+    return *v && !*end ? 0 : -1;
+}
+
+/* "LAYER:TENSOR:VALUE:STEP[,STEP...]" items separated by ';', e.g.
+ * "3:weights:nan:2,5;7:uz.biases:-inf:4". STEP counts this network's steps
+ * from 1. The value replaces the middle element of that gradient just before
+ * the step's check. */
+amp_status amp_parse_injection(amp_net *an, const char *spec, char *err, size_t errlen)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *save = NULL;
+    for (char *item = strtok_r(buf, ";", &save); item; item = strtok_r(NULL, ";", &save)) {
+        amp_injection *in = &an->inject[an->ninject];
+        char *f[4], *s2 = NULL;
+        int nf = 0;
+        for (char *p = strtok_r(item, ":", &s2); p && nf < 4; p = strtok_r(NULL, ":", &s2))
+            f[nf++] = p;
+        char *end;
+        long li = nf == 4 ? strtol(f[0], &end, 10) : -1;
+        if (an->ninject == 8 || nf != 4 || *end || li < 0 || li >= an->net->n ||
+            parse_value(f[2], &in->value) || strlen(f[1]) >= sizeof in->tensor) {
+            amp_errorf(err, errlen, "DARKNET_AMP_INJECT=%s: expected LAYER:TENSOR:VALUE:STEPS "
+                                    "with LAYER in [0, %d), e.g. 3:weights:nan:2,5", spec,
+                       an->net->n);
+            return AMP_ERR_INVALID;
+        }
+        in->layer = (int)li;
+        strcpy(in->tensor, f[1]);
+        int known = 0;
+        for (int t = 0; t < an->ntensors; ++t)
+            known |= an->tensors[t].layer == in->layer && !strcmp(an->tensors[t].name, in->tensor);
+        if (!known) {
+            amp_errorf(err, errlen, "DARKNET_AMP_INJECT=%s: layer %ld [%s] has no gradient '%s' "
+                                    "(weights, biases, scales; sub-layers as uz.weights)",
+                       spec, li, get_layer_string(an->net->layers[li].type), f[1]);
+            return AMP_ERR_INVALID;
+        }
+        in->nsteps = 0;
+        char *s3 = NULL;
+        for (char *p = strtok_r(f[3], ",", &s3); p; p = strtok_r(NULL, ",", &s3)) {
+            unsigned long step = strtoul(p, &end, 10);
+            if (*end || !step || in->nsteps == 16) {
+                amp_errorf(err, errlen, "DARKNET_AMP_INJECT=%s: bad step list '%s'", spec, f[3]);
+                return AMP_ERR_INVALID;
+            }
+            in->steps[in->nsteps++] = step;
+        }
+        an->ninject++;
+    }
+    return AMP_OK;
+}

@@ -213,18 +213,18 @@ static int write_all(int fd, const unsigned char *p, size_t n)
 
 /* Makes the rename durable. File systems that cannot fsync a directory say
  * EINVAL (or ENOTSUP); there is nothing more to do on them. */
-static amp_status sync_dir(const char *file, const char *sidecar, char *err, size_t errlen)
+static amp_status sync_dir(const char *sidecar, char *err, size_t errlen)
 {
     char dir[SF_PATH_MAX];
-    const char *slash = strrchr(file, '/');
+    const char *slash = strrchr(sidecar, '/');
     int fd, e;
     if (!slash) {
         snprintf(dir, sizeof dir, ".");
-    } else if (slash == file) {
+    } else if (slash == sidecar) {
         snprintf(dir, sizeof dir, "/");
     } else {
-        size_t len = (size_t)(slash - file);
-        memcpy(dir, file, len); /* len < strlen(file) < SF_PATH_MAX */
+        size_t len = (size_t)(slash - sidecar);
+        memcpy(dir, sidecar, len); /* len < strlen(sidecar) < SF_PATH_MAX */
         dir[len] = '\0';
     }
     fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -356,7 +356,7 @@ amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_
                 strerror(e));
         return AMP_ERR_IO;
     }
-    return sync_dir(path, path, err, errlen);
+    return sync_dir(path, err, errlen);
 }
 
 amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_state *s,

@@ -13,9 +13,14 @@
  * augmentation, labels read from darknet's labels/ path. Each iteration prints
  * its loss in decimal and in hex (%a, exact); at the end the trained weights
  * are saved in darknet's format and an FNV-1a 64-bit checksum of that file is
- * printed, so two runs can be compared bit for bit.
+ * printed, so two runs can be compared bit for bit. Built against the fork
+ * (DARKNET_AMP defined) it registers the AMP plugin, so a cfg with amp=1 trains
+ * with AMP, and each iteration line ends with the scale and skipped steps.
  */
 #include "darknet.h"
+#ifdef DARKNET_AMP
+#include "darknet_amp.h" /* the fork's build: cfgs with [net] amp=1 train with AMP */
+#endif
 
 #include <stdint.h>
 #include <stdio.h>
@@ -139,6 +144,9 @@ int main(int argc, char **argv)
     }
 
     gpu_index = -1; /* darknet's -nogpu: the CPU path, also in a CUDA build */
+#ifdef DARKNET_AMP
+    if (amp_register() != AMP_OK) return 1;
+#endif
     srand(seed);
     network *net = parse_network_cfg((char *)cfg);
     if (weights) load_weights(net, (char *)weights);
@@ -160,7 +168,15 @@ int main(int argc, char **argv)
         }
         float loss = train_network(net, d);
         free_data(d);
-        printf("iter %d loss %.9g %a\n", it + 1, loss, loss);
+        char status[512] = "";
+#ifdef DARKNET_AMP
+        /* the progress suffix (scale, skipped steps), or why training must stop */
+        if (darknet_train_iteration(net, status, sizeof status)) {
+            fprintf(stderr, "%s\n", status);
+            return 1;
+        }
+#endif
+        printf("iter %d loss %.9g %a %s\n", it + 1, loss, loss, status);
         fflush(stdout);
     }
 

@@ -1,0 +1,542 @@
+/* The AMP cfg keys: defaults, parsing and validation (docs/cfg.md).
+ *
+ * darknet itself reads numbers with atoi/atof, which turn "2x" into 2 and
+ * "abc" into 0 without a word. These keys decide whether training diverges,
+ * so they are read strictly instead: plain decimal only, the whole value
+ * consumed, finite, representable as a float, in range, and each key at most
+ * once. Values are checked as the float (or int) they will be stored as, so
+ * amp_growth_factor=1.00000000001 (1.0f) is refused like 1 would be.
+ */
+#include "options.h"
+
+#include "option_list.h" /* kvp: darknet's cfg key/value node */
+
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#if defined(__GNUC__)
+#define AMP_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define AMP_PRINTF(f, a)
+#endif
+
+void amp_options_init(amp_options *o, amp_dtype dtype)
+{
+    if (!o) return;
+    o->dtype = dtype;
+    /* PyTorch GradScaler's dynamic-scaling defaults. */
+    o->dynamic = 1;
+    o->init_scale = 65536.0f;
+    o->growth_factor = 2.0f;
+    o->backoff_factor = 0.5f;
+    o->growth_interval = 2000;
+    o->hysteresis = 1;
+    /* A scale below 1 would shrink small gradients further, the opposite of
+     * its purpose; above 2^24 the scaled loss of an ordinary batch already
+     * nears fp16's maximum (65504) times the activations' magnitudes. */
+    o->min_scale = 1.0f;
+    o->max_scale = 16777216.0f;
+    o->max_skips = 0;
+    if (dtype == AMP_DTYPE_BFLOAT16) {
+        /* bfloat16 has float32's exponent range: gradients do not underflow,
+         * so no scaling is needed (non-finite steps are still skipped). */
+        o->dynamic = 0;
+        o->init_scale = 1.0f;
+    }
+}
+
+const char *amp_dtype_name(amp_dtype dtype)
+{
+    switch (dtype) {
+    case AMP_DTYPE_FLOAT32: return "float32";
+    case AMP_DTYPE_FLOAT16: return "float16";
+    case AMP_DTYPE_BFLOAT16: return "bfloat16";
+    }
+    return "unknown";
+}
+
+/* ---- The keys ---- */
+
+typedef enum key_kind { KIND_INTEGER, KIND_NUMBER, KIND_DTYPE, KIND_LOSS_SCALE } key_kind;
+
+enum {
+    K_AMP,
+    K_DTYPE,
+    K_LOSS_SCALE,
+    K_INIT_SCALE,
+    K_GROWTH_FACTOR,
+    K_BACKOFF_FACTOR,
+    K_GROWTH_INTERVAL,
+    K_HYSTERESIS,
+    K_MIN_SCALE,
+    K_MAX_SCALE,
+    K_MAX_SKIPS,
+    K_COUNT
+};
+
+typedef struct key_spec {
+    const char *name;
+    key_kind kind;
+    double lo, hi;    /* KIND_NUMBER: lo < x < hi */
+    long ilo, ihi;    /* KIND_INTEGER: ilo <= x <= ihi */
+    int dynamic_only; /* only means something with a dynamic scale */
+    const char *expect;
+} key_spec;
+
+static const key_spec keys[K_COUNT] = {
+    [K_AMP] = {"amp", KIND_INTEGER, 0, 0, 0, 1, 0, "expected 0 or 1"},
+    [K_DTYPE] = {"amp_dtype", KIND_DTYPE, 0, 0, 0, 0, 0,
+                 "expected float16, bfloat16 or float32 (aliases fp16, half, bf16, fp32)"},
+    [K_LOSS_SCALE] = {"loss_scale", KIND_LOSS_SCALE, 0, INFINITY, 0, 0, 0,
+                      "expected dynamic or a number > 0"},
+    [K_INIT_SCALE] = {"amp_init_scale", KIND_NUMBER, 0, INFINITY, 0, 0, 1,
+                      "expected a number > 0"},
+    [K_GROWTH_FACTOR] = {"amp_growth_factor", KIND_NUMBER, 1, INFINITY, 0, 0, 1,
+                         "expected a number > 1"},
+    [K_BACKOFF_FACTOR] = {"amp_backoff_factor", KIND_NUMBER, 0, 1, 0, 0, 1,
+                          "expected a number in (0, 1)"},
+    [K_GROWTH_INTERVAL] = {"amp_growth_interval", KIND_INTEGER, 0, 0, 1, LONG_MAX, 1,
+                           "expected an integer >= 1"},
+    [K_HYSTERESIS] = {"amp_hysteresis", KIND_INTEGER, 0, 0, 1, INT_MAX, 1,
+                      "expected an integer >= 1"},
+    [K_MIN_SCALE] = {"amp_min_scale", KIND_NUMBER, 0, INFINITY, 0, 0, 0, "expected a number > 0"},
+    [K_MAX_SCALE] = {"amp_max_scale", KIND_NUMBER, 0, INFINITY, 0, 0, 0, "expected a number > 0"},
+    [K_MAX_SKIPS] = {"amp_max_skips", KIND_INTEGER, 0, 0, 0, LONG_MAX, 0,
+                     "expected an integer >= 0 (0: no limit)"},
+};
+
+static const struct {
+    const char *name;
+    amp_dtype dtype;
+} dtype_names[] = {
+    {"float16", AMP_DTYPE_FLOAT16}, {"fp16", AMP_DTYPE_FLOAT16},  {"half", AMP_DTYPE_FLOAT16},
+    {"bfloat16", AMP_DTYPE_BFLOAT16}, {"bf16", AMP_DTYPE_BFLOAT16}, {"float32", AMP_DTYPE_FLOAT32},
+    {"fp32", AMP_DTYPE_FLOAT32},
+};
+
+/* What was read from one section, before defaults are applied. */
+typedef struct parsed {
+    const kvp *kv[K_COUNT]; /* NULL: absent */
+    double num[K_COUNT];
+    long integer[K_COUNT];
+    amp_dtype dtype;
+    int loss_scale_dynamic;
+} parsed;
+
+/* ---- Messages ---- */
+
+AMP_PRINTF(3, 4)
+static amp_status fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return AMP_ERR_INVALID;
+}
+
+typedef struct text {
+    char s[128];
+} text;
+
+/* A key or value from the cfg as written, with anything unprintable escaped
+ * and long text cut, so that the message stays one readable line. */
+#define SHOW_MAX 72 /* characters of a key or value shown; then "..." */
+static const char *show(text *t, const char *s)
+{
+    size_t n = 0;
+    if (!s) s = "";
+    /* room left for one "\xNN" escape, "..." and the NUL */
+    for (; *s && n < SHOW_MAX && n + 8 < sizeof t->s; ++s) {
+        unsigned char c = (unsigned char)*s;
+        if (isprint(c))
+            t->s[n++] = (char)c;
+        else
+            n += (size_t)snprintf(t->s + n, sizeof t->s - n, "\\x%02x", c);
+    }
+    if (*s) {
+        memcpy(t->s + n, "...", 3);
+        n += 3;
+    }
+    t->s[n] = '\0';
+    return t->s;
+}
+
+/* "key=value" as written, or "key=<default> (default)" when absent. */
+static const char *describe(text *t, const parsed *v, int id, double value)
+{
+    text val;
+    if (v->kv[id])
+        snprintf(t->s, sizeof t->s, "%s=%s", keys[id].name, show(&val, v->kv[id]->val));
+    else
+        snprintf(t->s, sizeof t->s, "%s=%.9g (default)", keys[id].name, value);
+    return t->s;
+}
+
+static void known_keys(char *buf, size_t n)
+{
+    size_t used = 0;
+    int i;
+    buf[0] = '\0';
+    for (i = 0; i < K_COUNT && used < n; ++i) {
+        int w = snprintf(buf + used, n - used, "%s%s", i ? ", " : "", keys[i].name);
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+}
+
+/* Levenshtein distance ignoring case; large for keys too long to be typos. */
+#define KEY_MAX 48
+static int edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), i, j;
+    int row[2][KEY_MAX + 1];
+    if (la > KEY_MAX || lb > KEY_MAX) return INT_MAX;
+    for (j = 0; j <= lb; ++j) row[0][j] = (int)j;
+    for (i = 1; i <= la; ++i) {
+        int *prev = row[(i - 1) & 1], *cur = row[i & 1];
+        cur[0] = (int)i;
+        for (j = 1; j <= lb; ++j) {
+            int best = prev[j - 1] + (tolower((unsigned char)a[i - 1]) !=
+                                      tolower((unsigned char)b[j - 1]));
+            if (prev[j] + 1 < best) best = prev[j] + 1;
+            if (cur[j - 1] + 1 < best) best = cur[j - 1] + 1;
+            cur[j] = best;
+        }
+    }
+    return row[la & 1][lb];
+}
+
+/* The known key an unknown one was probably meant to be, or NULL: within two
+ * edits (amp_growth_intervall, AMP_DTYPE, amp_loss_scale), or the start of
+ * exactly one key name (amp_backoff). */
+static const char *suggest(const char *key)
+{
+    const char *best = NULL, *prefix_of = NULL;
+    int best_d = 3, prefixes = 0, i;
+    size_t len = strlen(key);
+    for (i = 0; i < K_COUNT; ++i) {
+        char with_prefix[KEY_MAX + 8];
+        int d = edit_distance(key, keys[i].name);
+        if (strncmp(keys[i].name, "amp", 3) != 0) {
+            snprintf(with_prefix, sizeof with_prefix, "amp_%s", keys[i].name);
+            int d2 = edit_distance(key, with_prefix);
+            if (d2 < d) d = d2;
+        }
+        if (d < best_d) {
+            best_d = d;
+            best = keys[i].name;
+        }
+        if (len >= 6 && strncasecmp(key, keys[i].name, len) == 0) {
+            prefix_of = keys[i].name;
+            ++prefixes;
+        }
+    }
+    if (best) return best;
+    return prefixes == 1 ? prefix_of : NULL;
+}
+
+static int find_key(const char *key)
+{
+    int i;
+    for (i = 0; i < K_COUNT; ++i)
+        if (strcmp(key, keys[i].name) == 0) return i;
+    return -1;
+}
+
+/* Keys the AMP parser owns: everything starting with "amp" in any case (no
+ * darknet key does), and the known names in another case (LOSS_SCALE). */
+static int looks_like_amp_key(const char *key)
+{
+    int i;
+    if (strncasecmp(key, "amp", 3) == 0) return 1;
+    for (i = 0; i < K_COUNT; ++i)
+        if (strcasecmp(key, keys[i].name) == 0) return 1;
+    return 0;
+}
+
+/* ---- Values ---- */
+
+/* Plain decimal: optional sign, digits with an optional point and exponent.
+ * strtod alone would also take hex, "inf", "nan" and leading whitespace. */
+static int parse_decimal(const char *s, double *out)
+{
+    const char *p = s + (*s == '+' || *s == '-');
+    char *end;
+    if (!isdigit((unsigned char)*p) && *p != '.') return 0;
+    if (strpbrk(s, "xX")) return 0;
+    *out = strtod(s, &end);
+    return end != s && *end == '\0';
+}
+
+/* Plain decimal integer; *overflow when it does not fit a long. */
+static int parse_integer(const char *s, long *out, int *overflow)
+{
+    const char *p = s + (*s == '+' || *s == '-');
+    char *end;
+    if (!isdigit((unsigned char)*p)) return 0;
+    errno = 0;
+    *out = strtol(s, &end, 10);
+    *overflow = errno == ERANGE;
+    return *end == '\0';
+}
+
+static amp_status check_number(int id, const char *s, parsed *v, const char *where, char *err,
+                               size_t errlen)
+{
+    const key_spec *k = &keys[id];
+    text key, val;
+    double x;
+    float f;
+    show(&key, k->name);
+    show(&val, s);
+    if (!parse_decimal(s, &x) || !(x > k->lo && x < k->hi))
+        return fail(err, errlen, "%s %s=%s: %s", where, key.s, val.s, k->expect);
+    if (x > FLT_MAX)
+        return fail(err, errlen, "%s %s=%s: %s; this is beyond the float range (max %g)", where,
+                    key.s, val.s, k->expect, (double)FLT_MAX);
+    f = (float)x;
+    if (!(f > k->lo && f < k->hi))
+        return fail(err, errlen, "%s %s=%s: %s; as a float this is %.9g", where, key.s, val.s,
+                    k->expect, (double)f);
+    v->num[id] = f;
+    return AMP_OK;
+}
+
+/* Checks one value against its key's rule and stores it in v. where: the
+ * message's "<cfgfile>: [net]" or "<cfgfile>: layer 3 [convolutional]". */
+static amp_status check_value(int id, const kvp *p, parsed *v, const char *where, char *err,
+                              size_t errlen)
+{
+    const key_spec *k = &keys[id];
+    const char *s = p->val;
+    text key, val;
+    show(&key, p->key);
+    show(&val, s);
+    if (!s)
+        return fail(err, errlen, "%s %s: no value (the line has no '='): %s", where, key.s,
+                    k->expect);
+    switch (k->kind) {
+    case KIND_INTEGER: {
+        long x;
+        int overflow;
+        if (!parse_integer(s, &x, &overflow) || (x < k->ilo && !overflow))
+            return fail(err, errlen, "%s %s=%s: %s", where, key.s, val.s, k->expect);
+        if (x > k->ihi || overflow) {
+            if (k->ihi == 1 || x < k->ilo)
+                return fail(err, errlen, "%s %s=%s: %s", where, key.s, val.s, k->expect);
+            return fail(err, errlen, "%s %s=%s: %s, at most %ld", where, key.s, val.s, k->expect,
+                        k->ihi);
+        }
+        v->integer[id] = x;
+        return AMP_OK;
+    }
+    case KIND_DTYPE: {
+        size_t i;
+        for (i = 0; i < sizeof dtype_names / sizeof dtype_names[0]; ++i) {
+            if (strcasecmp(s, dtype_names[i].name) == 0) {
+                v->dtype = dtype_names[i].dtype;
+                return AMP_OK;
+            }
+        }
+        return fail(err, errlen, "%s %s=%s: %s", where, key.s, val.s, k->expect);
+    }
+    case KIND_LOSS_SCALE:
+        if (strcasecmp(s, "dynamic") == 0) {
+            v->loss_scale_dynamic = 1;
+            return AMP_OK;
+        }
+        return check_number(id, s, v, where, err, errlen);
+    case KIND_NUMBER:
+        return check_number(id, s, v, where, err, errlen);
+    }
+    return fail(err, errlen, "%s %s=%s: internal error: unhandled key kind", where, key.s, val.s);
+}
+
+/* ---- [net] ---- */
+
+static amp_status read_net_keys(list *l, const char *where, parsed *v, char *err, size_t errlen)
+{
+    node *n;
+    memset(v, 0, sizeof *v);
+    for (n = l ? l->front : NULL; n; n = n->next) {
+        kvp *p = (kvp *)n->val;
+        int id;
+        amp_status st;
+        if (!p || !p->key) continue;
+        id = find_key(p->key);
+        if (id < 0) {
+            char known[256];
+            const char *guess;
+            text key, val;
+            if (!looks_like_amp_key(p->key)) continue;
+            guess = suggest(p->key);
+            known_keys(known, sizeof known);
+            return fail(err, errlen, "%s %s=%s: unknown AMP key%s%s%s; known keys: %s", where,
+                        show(&key, p->key), show(&val, p->val), guess ? " (did you mean " : "",
+                        guess ? guess : "", guess ? "?)" : "", known);
+        }
+        p->used = 1;
+        if (v->kv[id]) {
+            text now, first;
+            return fail(err, errlen, "%s %s=%s: %s is given twice (first as %s=%s); keep one",
+                        where, keys[id].name, show(&now, p->val), keys[id].name, keys[id].name,
+                        show(&first, v->kv[id]->val));
+        }
+        v->kv[id] = p;
+        st = check_value(id, p, v, where, err, errlen);
+        if (st != AMP_OK) return st;
+    }
+    return AMP_OK;
+}
+
+static void make_dynamic(amp_options *o)
+{
+    amp_options d;
+    if (o->dynamic) return;
+    amp_options_init(&d, AMP_DTYPE_FLOAT16);
+    o->dynamic = 1;
+    o->init_scale = d.init_scale;
+}
+
+/* Applies the keys read onto the defaults of the dtype, then checks the
+ * keys against each other. */
+static amp_status combine(const parsed *v, const char *where, amp_dtype default_dtype,
+                          amp_options *o, char *err, size_t errlen)
+{
+    int id, dynamic_key = -1;
+    text init, lo, hi;
+    amp_options_init(o, v->kv[K_DTYPE] ? v->dtype : default_dtype);
+    for (id = 0; id < K_COUNT && dynamic_key < 0; ++id)
+        if (keys[id].dynamic_only && v->kv[id]) dynamic_key = id;
+
+    if (v->kv[K_LOSS_SCALE] && !v->loss_scale_dynamic) {
+        text a, b;
+        if (dynamic_key >= 0)
+            return fail(err, errlen,
+                        "%s loss_scale=%s and %s=%s: a number for loss_scale sets a static "
+                        "scale, and %s only applies to a dynamic one; expected either "
+                        "loss_scale=dynamic or no %s",
+                        where, show(&a, v->kv[K_LOSS_SCALE]->val), keys[dynamic_key].name,
+                        show(&b, v->kv[dynamic_key]->val), keys[dynamic_key].name,
+                        keys[dynamic_key].name);
+        o->dynamic = 0;
+        o->init_scale = (float)v->num[K_LOSS_SCALE];
+    } else if (v->loss_scale_dynamic || dynamic_key >= 0) {
+        /* A dynamic-only key switches a static default (bfloat16) to dynamic
+         * scaling rather than being silently ignored. */
+        make_dynamic(o);
+    }
+
+    if (v->kv[K_INIT_SCALE]) o->init_scale = (float)v->num[K_INIT_SCALE];
+    if (v->kv[K_GROWTH_FACTOR]) o->growth_factor = (float)v->num[K_GROWTH_FACTOR];
+    if (v->kv[K_BACKOFF_FACTOR]) o->backoff_factor = (float)v->num[K_BACKOFF_FACTOR];
+    if (v->kv[K_GROWTH_INTERVAL]) o->growth_interval = v->integer[K_GROWTH_INTERVAL];
+    if (v->kv[K_HYSTERESIS]) o->hysteresis = (int)v->integer[K_HYSTERESIS];
+    if (v->kv[K_MIN_SCALE]) o->min_scale = (float)v->num[K_MIN_SCALE];
+    if (v->kv[K_MAX_SCALE]) o->max_scale = (float)v->num[K_MAX_SCALE];
+    if (v->kv[K_MAX_SKIPS]) o->max_skips = v->integer[K_MAX_SKIPS];
+
+    if (o->max_scale < o->min_scale)
+        return fail(err, errlen, "%s %s and %s: expected amp_max_scale >= amp_min_scale", where,
+                    describe(&hi, v, K_MAX_SCALE, o->max_scale),
+                    describe(&lo, v, K_MIN_SCALE, o->min_scale));
+    if (o->dynamic && (o->init_scale < o->min_scale || o->init_scale > o->max_scale))
+        return fail(err, errlen,
+                    "%s %s with %s and %s: expected amp_min_scale <= amp_init_scale <= "
+                    "amp_max_scale",
+                    where, describe(&init, v, K_INIT_SCALE, o->init_scale),
+                    describe(&lo, v, K_MIN_SCALE, o->min_scale),
+                    describe(&hi, v, K_MAX_SCALE, o->max_scale));
+    return AMP_OK;
+}
+
+amp_status amp_options_parse_net(list *net_options, const char *cfgfile, amp_dtype default_dtype,
+                                 int *enabled, amp_options *o, char *err, size_t errlen)
+{
+    char where[512];
+    parsed v;
+    amp_options result;
+    amp_status st;
+    if (err && errlen) err[0] = '\0';
+    snprintf(where, sizeof where, "%s: [net]", cfgfile ? cfgfile : "(cfg)");
+    if (!enabled || !o)
+        return fail(err, errlen, "%s: amp_options_parse_net: enabled and o must not be NULL",
+                    where);
+    *enabled = 0;
+    if (default_dtype != AMP_DTYPE_FLOAT32 && default_dtype != AMP_DTYPE_FLOAT16 &&
+        default_dtype != AMP_DTYPE_BFLOAT16) {
+        amp_options_init(o, AMP_DTYPE_FLOAT32);
+        return fail(err, errlen, "%s: amp_options_parse_net: default dtype %d is not an amp_dtype",
+                    where, (int)default_dtype);
+    }
+    amp_options_init(o, default_dtype);
+    st = read_net_keys(net_options, where, &v, err, errlen);
+    if (st == AMP_OK) st = combine(&v, where, default_dtype, &result, err, errlen);
+    if (st != AMP_OK) return st;
+    *o = result;
+    *enabled = v.kv[K_AMP] ? (int)v.integer[K_AMP] : 0;
+    return AMP_OK;
+}
+
+/* ---- Layer sections ---- */
+
+amp_status amp_options_parse_layer(list *layer_options, const char *cfgfile, int index,
+                                   const char *type, int *half_allowed, char *err, size_t errlen)
+{
+    char where[512];
+    const kvp *amp = NULL;
+    parsed v;
+    node *n;
+    text t, key, val, first;
+    int bracketed = type && type[0] == '[';
+    if (err && errlen) err[0] = '\0';
+    snprintf(where, sizeof where, "%s: layer %d %s%s%s", cfgfile ? cfgfile : "(cfg)", index,
+             bracketed ? "" : "[", type ? show(&t, type) : "?", bracketed ? "" : "]");
+    if (!half_allowed)
+        return fail(err, errlen, "%s: amp_options_parse_layer: half_allowed must not be NULL",
+                    where);
+    *half_allowed = 1;
+    memset(&v, 0, sizeof v);
+    for (n = layer_options ? layer_options->front : NULL; n; n = n->next) {
+        kvp *p = (kvp *)n->val;
+        amp_status st;
+        if (!p || !p->key) continue;
+        if (strcmp(p->key, "amp") != 0) {
+            const char *guess;
+            if (!looks_like_amp_key(p->key)) continue;
+            show(&key, p->key);
+            show(&val, p->val);
+            if (find_key(p->key) >= 0)
+                return fail(err, errlen,
+                            "%s %s=%s: this key belongs in [net]; a layer section takes only "
+                            "amp=0 (stay float32) or amp=1",
+                            where, key.s, val.s);
+            guess = suggest(p->key);
+            return fail(err, errlen,
+                        "%s %s=%s: unknown AMP key%s%s%s; a layer section takes only amp=0 "
+                        "(stay float32) or amp=1",
+                        where, key.s, val.s, guess ? " (did you mean " : "", guess ? guess : "",
+                        guess ? "?)" : "");
+        }
+        p->used = 1;
+        if (amp)
+            return fail(err, errlen, "%s amp=%s: amp is given twice (first as amp=%s); keep one",
+                        where, show(&val, p->val), show(&first, amp->val));
+        amp = p;
+        st = check_value(K_AMP, p, &v, where, err, errlen);
+        if (st != AMP_OK) return st;
+    }
+    if (amp) *half_allowed = (int)v.integer[K_AMP];
+    return AMP_OK;
+}

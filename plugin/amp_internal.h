@@ -20,6 +20,7 @@ struct amp_scaler {
 /* One parameter gradient: a *_updates array, which darknet also uses as the
  * momentum history. */
 typedef struct amp_tensor {
+    float *param;       /* the parameters it is the gradient of */
     float *grad;
     size_t n;
     size_t offset;      /* into amp_net.saved */

@@ -35,14 +35,15 @@ amp_net *amp_net_of(const network *net)
 
 /* ---- parameter gradients ---- */
 
-static int add_tensor(amp_net *an, int index, const char *sub, const char *what, float *grad,
-                      size_t n)
+static int add_tensor(amp_net *an, int index, const char *sub, const char *what, float *param,
+                      float *grad, size_t n)
 {
     if (!grad || !n) return 0;
     amp_tensor *t = realloc(an->tensors, (an->ntensors + 1) * sizeof *t);
     if (!t) return -1;
     an->tensors = t;
     t += an->ntensors++;
+    t->param = param;
     t->grad = grad;
     t->n = n;
     t->offset = an->nparams;
@@ -71,9 +72,9 @@ static int add_layer_tensors(amp_net *an, int index, const char *sub, const laye
     default:
         return 0;
     }
-    if (add_tensor(an, index, sub, "weights", l->weight_updates, w) ||
-        add_tensor(an, index, sub, "biases", l->bias_updates, b) ||
-        add_tensor(an, index, sub, "scales", l->scale_updates, s))
+    if (add_tensor(an, index, sub, "weights", l->weights, l->weight_updates, w) ||
+        add_tensor(an, index, sub, "biases", l->biases, l->bias_updates, b) ||
+        add_tensor(an, index, sub, "scales", l->scales, l->scale_updates, s))
         return -1;
     return 0;
 }

@@ -1,0 +1,131 @@
+/* A non-finite gradient skips the step without a trace, then training goes on.
+ *
+ *   skip_test CFG LAYER TENSOR VALUE
+ *
+ * Trains CFG (no AMP keys needed) with AMP attached through the C API
+ * (float32, dynamic scale 65536), on deterministic random data. At step 3,
+ * DARKNET_AMP_INJECT puts VALUE (nan, inf, -inf) into gradient TENSOR of
+ * LAYER (e.g. 0 weights, 1 scales, 0 uz.weights). Checks, bit for bit: step 3
+ * was skipped; every parameter (weights, biases, batch-norm scales), every
+ * momentum history and darknet's t are exactly as after step 2 (batch-norm
+ * rolling statistics are not parameters: they follow every forward pass, as
+ * in PyTorch); the scale halved; the skip names the layer; step 4
+ * runs and changes the weights.
+ */
+#include "amp_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        printf((cond) ? "ok: " : "FAIL: ");                                \
+        printf(__VA_ARGS__);                                               \
+        printf("\n");                                                      \
+        failures += !(cond);                                               \
+    } while (0)
+
+typedef struct {
+    float *params;
+    float *history;
+    int t;
+    float scale;
+} snapshot;
+
+static snapshot take(network *net)
+{
+    snapshot s = {0};
+    amp_net *an = amp_net_of(net);
+    s.params = malloc(an->nparams * sizeof(float));
+    s.history = malloc(an->nparams * sizeof(float));
+    for (int k = 0; k < an->ntensors; ++k) {
+        const amp_tensor *t = &an->tensors[k];
+        memcpy(s.params + t->offset, t->param, t->n * sizeof(float));
+        memcpy(s.history + t->offset, t->grad, t->n * sizeof(float));
+    }
+    s.t = *net->t;
+    s.scale = amp_scaler_get_scale(an->scaler);
+    return s;
+}
+
+/* Elements whose bits differ, in the parameters and in the histories. */
+static void compare(const snapshot *a, const snapshot *b, const amp_net *an, size_t *pdiff,
+                    size_t *hdiff)
+{
+    *pdiff = *hdiff = 0;
+    for (size_t i = 0; i < an->nparams; ++i) {
+        *pdiff += memcmp(&a->params[i], &b->params[i], sizeof(float)) != 0;
+        *hdiff += memcmp(&a->history[i], &b->history[i], sizeof(float)) != 0;
+    }
+}
+
+static void train_step(network *net)
+{
+    int n = net->batch * net->inputs, m = net->batch * net->truths;
+    for (int i = 0; i < n; ++i) net->input[i] = (float)rand() / RAND_MAX - .5f;
+    memset(net->truth, 0, m * sizeof(float));
+    for (int b = 0; b < net->batch; ++b) net->truth[b * net->truths + rand() % net->truths] = 1;
+    train_network_datum(net);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 5) {
+        fprintf(stderr, "usage: skip_test CFG LAYER TENSOR VALUE\n");
+        return 2;
+    }
+    char spec[256], err[512] = "";
+    snprintf(spec, sizeof spec, "%s:%s:%s:3", argv[2], argv[3], argv[4]);
+    setenv("DARKNET_AMP_INJECT", spec, 1);
+    gpu_index = -1;
+    srand(5);
+    network *net = parse_network_cfg(argv[1]);
+    if (amp_attach(net, NULL, err, sizeof err) != AMP_OK) {
+        printf("FAIL: amp_attach: %s\n", err);
+        return 1;
+    }
+    amp_net *an = amp_net_of(net);
+    printf("%s: %d parameter gradients, %zu elements; injecting %s\n", argv[1], an->ntensors,
+           an->nparams, spec);
+
+    train_step(net);
+    train_step(net);
+    snapshot before = take(net);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < an->nparams; ++i) nonzero += before.history[i] != 0;
+    CHECK(nonzero > an->nparams / 2, "momentum history after 2 steps is non-trivial "
+                                     "(%zu of %zu elements non-zero)", nonzero, an->nparams);
+
+    train_step(net); /* step 3: injected */
+    snapshot skipped = take(net);
+    size_t wdiff, hdiff;
+    compare(&before, &skipped, an, &wdiff, &hdiff);
+    CHECK(amp_step_skipped(NULL, net) == 1, "step 3 was skipped");
+    CHECK(wdiff == 0, "parameters bit-for-bit unchanged by the skipped step "
+                      "(%zu of %zu elements differ)", wdiff, an->nparams);
+    CHECK(hdiff == 0, "momentum histories bit-for-bit unchanged (%zu of %zu elements differ)",
+          hdiff, an->nparams);
+    CHECK(skipped.t == before.t, "darknet's t unchanged (%d, was %d)", skipped.t, before.t);
+    CHECK(skipped.scale == before.scale / 2, "scale backed off %g -> %g", before.scale,
+          skipped.scale);
+    char expect[128];
+    snprintf(expect, sizeof expect, "layer %s [", argv[2]);
+    CHECK(strstr(an->bad, expect) && strstr(an->bad, argv[3]), "the skip names \"%s\"", an->bad);
+    CHECK(amp_scaler_skips(an->scaler) == 1 && amp_scaler_steps(an->scaler) == 3,
+          "scaler counted 3 steps, 1 skipped (%llu, %llu)", amp_scaler_steps(an->scaler),
+          amp_scaler_skips(an->scaler));
+
+    train_step(net); /* step 4: clean */
+    snapshot after = take(net);
+    compare(&skipped, &after, an, &wdiff, &hdiff);
+    CHECK(amp_step_skipped(NULL, net) == 0 && wdiff > 0,
+          "step 4 ran: %zu of %zu parameters changed, t %d -> %d", wdiff, an->nparams, skipped.t, after.t);
+    CHECK(after.t == skipped.t + 1, "t advanced by one");
+
+    free_network(net);
+    printf("%s: %d failed checks\n", failures ? "FAIL" : "PASS", failures);
+    return failures != 0;
+}

@@ -22,10 +22,11 @@ static int failures;
 
 #define CHECK(cond, ...)                                                   \
     do {                                                                   \
-        printf((cond) ? "ok: " : "FAIL: ");                                \
+        int ok_ = (cond); /* once: cond may have side effects */           \
+        printf(ok_ ? "ok: " : "FAIL: ");                                   \
         printf(__VA_ARGS__);                                               \
         printf("\n");                                                      \
-        failures += !(cond);                                               \
+        failures += !ok_;                                                  \
     } while (0)
 
 typedef struct {

@@ -9,19 +9,11 @@
 #include "amp_internal.h"
 
 #include <stdio.h>
+#include "check.h"
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
 
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        int ok_ = (cond); /* once: cond may have side effects */           \
-        printf(ok_ ? "ok: " : "FAIL: ");                                   \
-        printf(__VA_ARGS__);                                               \
-        printf("\n");                                                      \
-        failures += !ok_;                                                  \
-    } while (0)
 
 static void forward_backward(network *net)
 {
@@ -109,6 +101,5 @@ int main(int argc, char **argv)
     free_network(a);
     free_network(b);
     amp_scaler_free(s);
-    printf("%s: %d failed checks\n", failures ? "FAIL" : "PASS", failures);
-    return failures != 0;
+    return check_report();
 }

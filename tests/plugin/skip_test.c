@@ -15,19 +15,11 @@
 #include "amp_internal.h"
 
 #include <stdio.h>
+#include "check.h"
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
 
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        int ok_ = (cond); /* once: cond may have side effects */           \
-        printf(ok_ ? "ok: " : "FAIL: ");                                   \
-        printf(__VA_ARGS__);                                               \
-        printf("\n");                                                      \
-        failures += !ok_;                                                  \
-    } while (0)
 
 typedef struct {
     float *params;
@@ -128,6 +120,5 @@ int main(int argc, char **argv)
 
     /* Not free_network: upstream's free_layer frees an RNN layer's output twice. */
     amp_detach(net);
-    printf("%s: %d failed checks\n", failures ? "FAIL" : "PASS", failures);
-    return failures != 0;
+    return check_report();
 }

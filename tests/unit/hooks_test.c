@@ -9,6 +9,7 @@
 #include "darknet.h"
 
 #include <stdio.h>
+#include "check.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,19 +20,7 @@ typedef struct {
     char file[512];
 } counts;
 
-static int failures;
 
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (cond) {                                                        \
-            printf("ok: " __VA_ARGS__);                                    \
-        } else {                                                           \
-            printf("FAIL (%s:%d): ", __FILE__, __LINE__);                  \
-            printf(__VA_ARGS__);                                           \
-            ++failures;                                                    \
-        }                                                                  \
-        printf("\n");                                                      \
-    } while (0)
 
 static int on_net(void *ctx, network *net, list *options, const char *cfg, char *err, size_t n)
 {
@@ -171,6 +160,5 @@ int main(int argc, char **argv)
     free_network(NULL);
     CHECK(1, "free_network(NULL) is accepted");
 
-    printf("%s: %d failed checks\n", failures ? "FAIL" : "PASS", failures);
-    return failures != 0;
+    return check_report();
 }

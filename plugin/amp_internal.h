@@ -67,6 +67,7 @@ struct amp_net {
     size_t nparams;
     float *saved;       /* every history as it was before the batch */
     amp_phase phase;
+    int first_update;   /* the lowest index of a layer with parameters */
     float batch_scale;  /* the scale the current batch was scaled with */
     int found_inf;
     int skipped;        /* the last step */

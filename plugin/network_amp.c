@@ -23,6 +23,7 @@
 #include "amp_internal.h"
 #include "network.h" /* get_layer_string */
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,24 @@ static void describe_tensor(const amp_net *an, const amp_tensor *t, char *out, s
 
 /* ---- the batch: scale, check, unscale, step ---- */
 
+/* Multiplies every element by k; returns 1 if any result is inf or NaN. The
+ * test is on the exponent bits, so the loop vectorizes (a float reduction
+ * would not without -fassociative-math). */
+static int scale_checked(float *g, size_t n, float k)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+        float u = g[i] * k;
+        uint32_t b;
+        memcpy(&b, &u, sizeof b);
+        g[i] = u;
+        bad |= (~b & 0x7f800000u) == 0;
+    }
+    return bad != 0;
+}
+
+/* The batch's scale is fixed here, at its first training forward or backward,
+ * and used for its deltas and histories alike until the step. */
 static void begin_batch(amp_net *an)
 {
     float s = an->scaler->state.scale;
@@ -135,6 +154,15 @@ static void begin_batch(amp_net *an)
         if (s != 1.0f)
             for (size_t i = 0; i < t->n; ++i) t->grad[i] *= s;
     }
+    an->phase = AMP_PHASE_ACCUMULATING;
+}
+
+/* A backward after amp_unscale, before the step: the histories are whole
+ * (unscaled); scale them again, exactly, and keep the batch-start copy. */
+static void rescale(amp_net *an)
+{
+    for (int k = 0; k < an->ntensors; ++k)
+        scale_checked(an->tensors[k].grad, an->tensors[k].n, an->batch_scale);
     an->phase = AMP_PHASE_ACCUMULATING;
 }
 
@@ -152,10 +180,12 @@ static void inject(amp_net *an)
     }
 }
 
-/* Checks every element (scaled: an overflow shows as inf) and multiplies it by
- * 1/S. Tensors are visited from the output layer back, so the first
- * non-finite one found is where backpropagation first overflowed; after it
- * nothing needs unscaling, since the step will restore every history. */
+/* Multiplies every element by 1/S and checks the result: an overflow of the
+ * scaled gradient is inf already, and with S < 1 a finite gradient may only
+ * overflow now. Every tensor is unscaled, so that amp_unscale leaves true
+ * gradients to look at even on an overflow; tensors are visited from the
+ * output layer back, so the first non-finite one is where backpropagation
+ * first overflowed. */
 static void unscale(amp_net *an)
 {
     float inv = (float)(1.0 / (double)an->batch_scale);
@@ -164,19 +194,9 @@ static void unscale(amp_net *an)
     an->bad[0] = 0;
     for (int k = an->ntensors - 1; k >= 0; --k) {
         amp_tensor *t = &an->tensors[k];
-        float *g = t->grad;
-        /* v - v is 0 for finite v and NaN for inf or NaN; a sum of zeros stays
-         * 0, so one NaN test per tensor suffices and the loop vectorizes. */
-        float acc = 0.0f;
-        for (size_t i = 0; i < t->n; ++i) {
-            float v = g[i];
-            acc += v - v;
-            g[i] = v * inv;
-        }
-        if (!(acc == 0.0f)) {
+        if (scale_checked(t->grad, t->n, inv) && !an->found_inf) {
             an->found_inf = 1;
             describe_tensor(an, t, an->bad, sizeof an->bad);
-            break;
         }
     }
     an->phase = AMP_PHASE_UNSCALED;
@@ -196,6 +216,7 @@ static void decide(amp_net *an, int inside_update)
     amp_scaler *s = an->scaler;
     an->step_index += 1;
     an->skipped = an->found_inf;
+    an->error[0] = 0;
     if (an->skipped) {
         restore(an);
         if (inside_update) *an->net->t -= 1;
@@ -220,8 +241,13 @@ static void decide(amp_net *an, int inside_update)
 static void wrap_forward(layer l, network net)
 {
     const amp_layer *al = l.hook_data;
+    amp_net *an = al->owner;
+    if (net.train && an->phase != AMP_PHASE_ACCUMULATING) {
+        if (an->phase == AMP_PHASE_UNSCALED) rescale(an);
+        else begin_batch(an);
+    }
     al->forward(l, net);
-    float s = al->owner->scaler->state.scale;
+    float s = an->batch_scale;
     if (net.train && l.delta && s != 1.0f) {
         size_t n = (size_t)l.outputs * l.batch;
         for (size_t i = 0; i < n; ++i) l.delta[i] *= s;
@@ -231,7 +257,9 @@ static void wrap_forward(layer l, network net)
 static void wrap_backward(layer l, network net)
 {
     const amp_layer *al = l.hook_data;
-    if (al->owner->phase != AMP_PHASE_ACCUMULATING) begin_batch(al->owner);
+    amp_net *an = al->owner;
+    if (an->phase == AMP_PHASE_UNSCALED) rescale(an);
+    else if (an->phase != AMP_PHASE_ACCUMULATING) begin_batch(an);
     al->backward(l, net);
 }
 
@@ -239,6 +267,14 @@ static void wrap_update(layer l, update_args a)
 {
     const amp_layer *al = l.hook_data;
     amp_net *an = al->owner;
+    /* The first layer darknet updates, with no scaled batch pending: an update
+     * with no backward since the last step (nothing was scaled), which runs
+     * as darknet's own and must not inherit the last step's skip. */
+    if (al->index == an->first_update && an->phase != AMP_PHASE_ACCUMULATING &&
+        an->phase != AMP_PHASE_UNSCALED) {
+        an->phase = AMP_PHASE_IDLE;
+        an->skipped = 0;
+    }
     if (an->phase == AMP_PHASE_ACCUMULATING) unscale(an);
     if (an->phase == AMP_PHASE_UNSCALED) decide(an, 1);
     if (an->phase == AMP_PHASE_STEPPED && an->skipped) return;
@@ -267,6 +303,7 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, char *err, size_t errlen)
     an->saved = malloc((an->nparams ? an->nparams : 1) * sizeof(float));
     if (!an->saved) goto nomem;
     an->phase = AMP_PHASE_IDLE;
+    an->first_update = -1;
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];
         amp_layer *al = &an->layers[i];
@@ -279,6 +316,7 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, char *err, size_t errlen)
         if (l->cost && l->forward) l->forward = wrap_forward;
         if ((params || l->cost) && l->backward) l->backward = wrap_backward;
         if (params) l->update = wrap_update;
+        if (params && an->first_update < 0) an->first_update = i;
         al->wrapped = l->forward != al->forward || l->backward != al->backward ||
                       l->update != al->update;
         if (al->wrapped) l->hook_data = al;
@@ -294,6 +332,12 @@ void amp_net_free(amp_net *an)
 {
     if (!an) return;
     network *net = an->net;
+    /* Detached mid-batch: hand darknet its histories unscaled (exact for a
+     * power-of-two scale), with this batch's gradients kept. */
+    if (an->scaler && an->phase == AMP_PHASE_ACCUMULATING && an->batch_scale != 1.0f)
+        for (int k = 0; k < an->ntensors; ++k)
+            scale_checked(an->tensors[k].grad, an->tensors[k].n,
+                          (float)(1.0 / (double)an->batch_scale));
     if (an->scaler && net) {
         for (int i = 0; i < net->n; ++i) {
             amp_layer *al = &an->layers[i];
@@ -337,6 +381,11 @@ amp_status amp_attach(network *net, amp_scaler *s, char *err, size_t errlen)
     }
     if (net->hook_data) {
         amp_errorf(err, errlen, "amp_attach: the network already has AMP attached");
+        return AMP_ERR_STATE;
+    }
+    /* The hooks free the attachment with the network and keep the sidecar. */
+    if (!darknet_get_hooks() && amp_register() != AMP_OK) {
+        amp_errorf(err, errlen, "amp_attach: cannot register darknet's hooks");
         return AMP_ERR_STATE;
     }
     amp_net *an = amp_net_new(net);

@@ -129,8 +129,13 @@ amp_status amp_load_state(network *net, const char *weights, int *found, char *e
                    weights, amp_dtype_name(dtype), an->cfgfile, amp_dtype_name(an->scaler->opt.dtype));
         return AMP_ERR_FORMAT;
     }
-    /* A static scale is the cfg's; only the counters come from the file. */
-    if (!an->scaler->opt.dynamic) st.scale = an->scaler->opt.init_scale;
+    /* A static scale is the cfg's; only the counters come from the file. A
+     * dynamic one is kept within this cfg's bounds, which may have changed. */
+    const amp_options *o = &an->scaler->opt;
+    if (!o->dynamic) st.scale = o->init_scale;
+    if (st.scale < o->min_scale) st.scale = o->min_scale;
+    if (st.scale > o->max_scale && o->dynamic) st.scale = o->max_scale;
+    if (st.hysteresis_left > o->hysteresis || st.hysteresis_left < 1) st.hysteresis_left = o->hysteresis;
     an->scaler->state = st;
     return AMP_OK;
 }

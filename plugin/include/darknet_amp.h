@@ -60,7 +60,8 @@ const char *amp_status_name(amp_status status);
 
 /* Makes darknet attach AMP to every network whose cfg says [net] amp=1 (and
  * validate the AMP keys of every cfg). The fork's darknet program does this at
- * start-up; other programs call it once. Idempotent. */
+ * start-up; other programs call it once. Idempotent. Detach every network
+ * before amp_unregister, or their attachments are not freed with them. */
 amp_status amp_register(void);
 void amp_unregister(void);
 
@@ -82,9 +83,16 @@ unsigned long long amp_scaler_steps(const amp_scaler *s);
 unsigned long long amp_scaler_skips(const amp_scaler *s);
 
 /* Attaches AMP to a built network with s as its scaler (s must outlive the
- * attachment; NULL: a scaler of its own from the cfg's options, stepped by
- * darknet's update_network). With an explicit scaler, darknet's own
- * update_network still works but leaves the scale update to amp_update. */
+ * attachment; NULL: a scaler of its own with amp_options_init(float32)
+ * defaults, updated inside darknet's update_network). With an explicit
+ * scaler, darknet's own update_network still takes or skips the step but
+ * leaves the scale update to amp_update. Registers the hooks (amp_register)
+ * if none are, so that free_network frees the attachment and save_weights /
+ * load_weights keep the <weights>.amp sidecar.
+ * AMP scales the deltas of cost layers (l.cost != NULL); a gradient a program
+ * writes into a delta itself (a custom loss, a GAN generator fed the
+ * discriminator's input delta of another scaler) must be multiplied by
+ * amp_scaler_get_scale() too. */
 amp_status amp_attach(struct network *net, amp_scaler *s, char *err, size_t errlen);
 void amp_detach(struct network *net);
 /* The scaler a network uses, or NULL when AMP is not attached. */

@@ -14,6 +14,7 @@
  */
 #include "amp_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include "check.h"
 #include <stdlib.h>
@@ -111,14 +112,44 @@ int main(int argc, char **argv)
           "scaler counted 3 steps, 1 skipped (%llu, %llu)", amp_scaler_steps(an->scaler),
           amp_scaler_skips(an->scaler));
 
+    /* An update with no backward since the skip runs as darknet's own: the
+     * skip must not carry over to it. */
+    update_network(net);
+    snapshot plain = take(net);
+    compare(&skipped, &plain, an, &wdiff, &hdiff);
+    CHECK(plain.t == skipped.t + 1 && wdiff > 0,
+          "a later update_network without backward runs (t %d -> %d, %zu parameters moved)",
+          skipped.t, plain.t, wdiff);
+
     train_step(net); /* step 4: clean */
     snapshot after = take(net);
+    skipped = plain;
     compare(&skipped, &after, an, &wdiff, &hdiff);
     CHECK(amp_step_skipped(NULL, net) == 0 && wdiff > 0,
           "step 4 ran: %zu of %zu parameters changed, t %d -> %d", wdiff, an->nparams, skipped.t, after.t);
     CHECK(after.t == skipped.t + 1, "t advanced by one");
 
+    /* Detached between a backward and its step: darknet gets its histories
+     * back unscaled, every element divided by S exactly. */
+    *net->seen += net->batch;
+    net->train = 1;
+    forward_network(net);
+    backward_network(net);
+    float scale = an->batch_scale;
+    double scaled = 0, unscaled = 0;
+    for (int k = 0; k < an->ntensors; ++k)
+        for (size_t i = 0; i < an->tensors[k].n; ++i) scaled += fabs(an->tensors[k].grad[i]);
+    int ntensors = an->ntensors; /* the table goes with the attachment */
+    float **grads = malloc(ntensors * sizeof *grads);
+    size_t *sizes = malloc(ntensors * sizeof *sizes);
+    for (int k = 0; k < ntensors; ++k) grads[k] = an->tensors[k].grad, sizes[k] = an->tensors[k].n;
     /* Not free_network: upstream's free_layer frees an RNN layer's output twice. */
     amp_detach(net);
+    for (int k = 0; k < ntensors; ++k)
+        for (size_t i = 0; i < sizes[k]; ++i) unscaled += fabs(grads[k][i]);
+    CHECK(unscaled * scale == scaled, "detached mid-batch: histories unscaled "
+          "(sum |U| %.9g at scale %g, %.9g after detach)", scaled, scale, unscaled);
+    free(grads);
+    free(sizes);
     return check_report();
 }

@@ -7,6 +7,7 @@
 #include "scale_rule.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 struct amp_scaler {
     amp_options opt;
@@ -30,14 +31,37 @@ typedef struct amp_tensor {
 
 typedef struct amp_net amp_net;
 
+/* Where a layer's GEMM/convolution runs (policy.c). */
+typedef enum amp_precision {
+    AMP_PRECISION_HALF,     /* the half dtype */
+    AMP_PRECISION_FP32,     /* float32 by the policy (or amp_dtype=float32) */
+    AMP_PRECISION_OFF,      /* float32 by the cfg's amp=0 */
+    AMP_PRECISION_FALLBACK, /* half by the policy, no half path yet: float32 */
+    AMP_PRECISION_COUNT
+} amp_precision;
+
+typedef struct amp_buffer {
+    float *data;
+    size_t n;
+} amp_buffer;
+
 typedef struct amp_layer {
     amp_net *owner;
     int index;
     int half_allowed;   /* 0 when the cfg section says amp=0 */
+    amp_precision precision;
     int wrapped;
+    /* darknet's own pointers, put back by detach */
+    void (*orig_forward)(struct layer, struct network);
+    void (*orig_backward)(struct layer, struct network);
+    void (*orig_update)(struct layer, update_args);
+    /* what the wrappers run: darknet's, or the half implementation */
     void (*forward)(struct layer, struct network);
     void (*backward)(struct layer, struct network);
     void (*update)(struct layer, update_args);
+    /* half execution (cpu_half.c): weights copy and scratch */
+    amp_buffer wq, xq, dq, tmp, gx;
+    unsigned long wq_version;
 } amp_layer;
 
 typedef enum amp_phase {
@@ -68,6 +92,7 @@ struct amp_net {
     float *saved;       /* every history as it was before the batch */
     amp_phase phase;
     int first_update;   /* the lowest index of a layer with parameters */
+    unsigned long weights_version; /* bumped by every step taken and every load */
     float batch_scale;  /* the scale the current batch was scaled with */
     int found_inf;
     int skipped;        /* the last step */
@@ -96,6 +121,15 @@ amp_net *amp_net_of(const network *net);
 amp_net *amp_net_new(network *net);
 amp_status amp_net_attach(amp_net *an, amp_scaler *s, char *err, size_t errlen);
 void amp_net_free(amp_net *an);
+/* policy.c */
+amp_precision amp_policy(const layer *l, amp_dtype dtype, int half_allowed);
+void amp_policy_print(const amp_net *an, FILE *out);
+
+/* cpu_half.c: sets al->forward/backward to the half path of l's type; 0 when
+ * it has none. */
+int amp_half_install(amp_layer *al, layer *l);
+void amp_half_free(amp_layer *al);
+
 /* Parses DARKNET_AMP_INJECT (docs/testing.md) into an. */
 amp_status amp_parse_injection(amp_net *an, const char *spec, char *err, size_t errlen);
 

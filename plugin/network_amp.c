@@ -217,6 +217,7 @@ static void decide(amp_net *an, int inside_update)
     an->step_index += 1;
     an->skipped = an->found_inf;
     an->error[0] = 0;
+    if (!an->skipped) an->weights_version += 1; /* the update below changes them */
     if (an->skipped) {
         restore(an);
         if (inside_update) *an->net->t -= 1;
@@ -304,21 +305,26 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, char *err, size_t errlen)
     if (!an->saved) goto nomem;
     an->phase = AMP_PHASE_IDLE;
     an->first_update = -1;
+    an->weights_version = 1;
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];
         amp_layer *al = &an->layers[i];
         al->owner = an;
         al->index = i;
-        al->forward = l->forward;
-        al->backward = l->backward;
-        al->update = l->update;
+        al->orig_forward = al->forward = l->forward;
+        al->orig_backward = al->backward = l->backward;
+        al->orig_update = al->update = l->update;
+        al->precision = amp_policy(l, s->opt.dtype, al->half_allowed);
+        if (al->precision == AMP_PRECISION_HALF && !amp_half_install(al, l))
+            al->precision = AMP_PRECISION_FALLBACK;
         int params = l->update != NULL;
         if (l->cost && l->forward) l->forward = wrap_forward;
+        else if (al->forward != al->orig_forward) l->forward = al->forward; /* half */
         if ((params || l->cost) && l->backward) l->backward = wrap_backward;
         if (params) l->update = wrap_update;
         if (params && an->first_update < 0) an->first_update = i;
-        al->wrapped = l->forward != al->forward || l->backward != al->backward ||
-                      l->update != al->update;
+        al->wrapped = l->forward != al->orig_forward || l->backward != al->orig_backward ||
+                      l->update != al->orig_update;
         if (al->wrapped) l->hook_data = al;
     }
     net->hook_data = an;
@@ -341,10 +347,11 @@ void amp_net_free(amp_net *an)
     if (an->scaler && net) {
         for (int i = 0; i < net->n; ++i) {
             amp_layer *al = &an->layers[i];
+            amp_half_free(al);
             if (!al->wrapped) continue;
-            net->layers[i].forward = al->forward;
-            net->layers[i].backward = al->backward;
-            net->layers[i].update = al->update;
+            net->layers[i].forward = al->orig_forward;
+            net->layers[i].backward = al->orig_backward;
+            net->layers[i].update = al->orig_update;
             net->layers[i].hook_data = NULL;
         }
     }

@@ -54,11 +54,8 @@ static int on_layer_options(void *ctx, network *net, int index, const char *type
 static void describe(const amp_net *an)
 {
     const amp_options *o = &an->scaler->opt;
-    int off = 0, params = 0;
-    for (int i = 0; i < an->net->n; ++i) {
-        off += !an->layers[i].half_allowed;
-        params += an->net->layers[i].update != NULL;
-    }
+    int params = 0;
+    for (int i = 0; i < an->net->n; ++i) params += an->net->layers[i].update != NULL;
     if (o->dynamic)
         fprintf(stderr, "amp: %s: %s, dynamic loss scale %.10g (x%g after %ld good steps, x%g on "
                         "overflow%s, within [%.10g, %.10g])",
@@ -68,10 +65,8 @@ static void describe(const amp_net *an)
     else
         fprintf(stderr, "amp: %s: %s, static loss scale %g", an->cfgfile, amp_dtype_name(o->dtype),
                 o->init_scale);
-    fprintf(stderr, "; %d layers with parameters, %d kept in float32 by amp=0\n", params, off);
-    if (o->dtype != AMP_DTYPE_FLOAT32)
-        fprintf(stderr, "amp: warning: half-precision layer execution is not in this build yet: "
-                        "every layer computes in float32 (loss scaling and step gating are on)\n");
+    fprintf(stderr, "; %d layers with parameters; layer precision:\n", params);
+    amp_policy_print(an, stderr);
 }
 
 static int on_network_parsed(void *ctx, network *net, const char *cfgfile, char *err,
@@ -155,6 +150,7 @@ static int on_weights_loaded(void *ctx, network *net, const char *filename, char
     (void)ctx;
     amp_net *an = amp_net_of(net);
     if (!an) return 0;
+    an->weights_version += 1; /* half weight copies are stale */
     if (amp_load_state(net, filename, &found, err, errlen) != AMP_OK) return 1;
     if (found)
         fprintf(stderr, "amp: resumed the scaler from %s.amp: scale %g, %llu steps, %llu skipped\n",

@@ -4,7 +4,9 @@
  * (vs F16C vcvtph2ps) and every bf16 pattern back (vs the definition, the top
  * half of a float). The array helpers are what runs, so they are covered too.
  * Exact comparison of bit patterns throughout: a conversion has one right
- * answer, NaN payloads included.
+ * answer, NaN payloads included. f32->f16 also runs again with FTZ/DAZ set
+ * (inputs below 2^-14) and with invalid-operation traps on (inf/NaN inputs),
+ * the two ways its one float addition could go wrong.
  *
  * One deliberate difference: vcvtneps2bf16 flushes fp32 subnormal inputs to
  * zero, half.h rounds them (as CUDA's __float2bfloat16_rn). For exactly those
@@ -462,6 +464,8 @@ int main(void)
 #ifdef CT_X86
     if (cpu_has_f16c()) {
         references++;
+        printf("f32->f16 over all 2^32 inputs; invalid-operation traps are on for the inf/NaN "
+               "ones, so a SIGFPE means a NaN reached half.h's float addition\n");
         f16_exhaustive();
     } else {
         printf("SKIP: no F16C (or no OS support for AVX state): f16 not compared with hardware\n");

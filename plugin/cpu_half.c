@@ -1,0 +1,216 @@
+/* Half-precision convolutional and connected layers on the CPU, emulated with
+ * the numerics of a GPU's half GEMM/convolution: inputs and weights rounded to
+ * the half type, products and sums in float32 (a float16 or bfloat16 product
+ * is exact in float32), and half storage of what the GPU would store in half:
+ * the GEMM's output before batch-norm/bias/activation, the gradient entering
+ * the layer's GEMMs, and the weight and data gradients they produce (then
+ * added, in float32, into darknet's weight_updates and net.delta; never
+ * overwriting what route/shortcut layers accumulated there). Batch-norm,
+ * bias, activation and their gradients stay float32 (the autocast policy).
+ *
+ * So underflow and overflow happen where they would on a GPU, and dynamic
+ * loss scaling means on a CPU what it means there. This is the reference
+ * path: it runs darknet's own float32 GEMM on rounded values, so it is no
+ * faster than float32.
+ */
+#include "amp_internal.h"
+#include "half.h"
+
+#include "activations.h"
+#include "batchnorm_layer.h"
+#include "blas.h"
+#include "col2im.h"
+#include "convolutional_layer.h"
+#include "gemm.h"
+#include "im2col.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void round_half(amp_dtype dtype, float *x, size_t n)
+{
+    if (dtype == AMP_DTYPE_FLOAT16) amp_round_f16_array(x, n);
+    else if (dtype == AMP_DTYPE_BFLOAT16) amp_round_bf16_array(x, n);
+}
+
+/* A buffer of at least n floats (grown, never shrunk); aborts when out of
+ * memory, as darknet's own allocations do inside a training step. */
+static float *reserve(amp_buffer *b, size_t n)
+{
+    if (b->n < n) {
+        float *p = realloc(b->data, n * sizeof(float));
+        if (!p) abort();
+        b->data = p;
+        b->n = n;
+    }
+    return b->data;
+}
+
+static float *zeroed(amp_buffer *b, size_t n)
+{
+    float *p = reserve(b, n);
+    memset(p, 0, n * sizeof(float));
+    return p;
+}
+
+/* The half copy of the weights, refreshed after every step and load. */
+static const float *half_weights(amp_layer *al, const layer *l, size_t n, amp_dtype dtype)
+{
+    float *w = reserve(&al->wq, n);
+    if (al->wq_version != al->owner->weights_version) {
+        memcpy(w, l->weights, n * sizeof(float));
+        round_half(dtype, w, n);
+        al->wq_version = al->owner->weights_version;
+    }
+    return w;
+}
+
+/* Rounds a float32 gradient to half and adds it into dst. */
+static void add_half(amp_dtype dtype, float *g, size_t n, float *dst)
+{
+    round_half(dtype, g, n);
+    axpy_cpu((int)n, 1, g, 1, dst, 1);
+}
+
+static void conv_forward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    amp_dtype dtype = al->owner->scaler->opt.dtype;
+    size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
+    float *x = reserve(&al->xq, nin);
+    memcpy(x, net.input, nin * sizeof(float));
+    round_half(dtype, x, nin);
+    const float *w = half_weights(al, &l, l.nweights, dtype);
+
+    int m = l.n / l.groups, k = l.size * l.size * l.c / l.groups, n = l.out_w * l.out_h;
+    fill_cpu((int)nout, 0, l.output, 1);
+    for (int i = 0; i < l.batch; ++i) {
+        for (int j = 0; j < l.groups; ++j) {
+            float *a = (float *)w + j * l.nweights / l.groups;
+            float *b = net.workspace;
+            float *c = l.output + (i * l.groups + j) * n * m;
+            float *im = x + (i * l.groups + j) * l.c / l.groups * l.h * l.w;
+            if (l.size == 1) b = im;
+            else im2col_cpu(im, l.c / l.groups, l.h, l.w, l.size, l.stride, l.pad, b);
+            gemm(0, 0, m, n, k, 1, a, k, b, n, 1, c, n);
+        }
+    }
+    round_half(dtype, l.output, nout);
+    if (l.batch_normalize) forward_batchnorm_layer(l, net);
+    else add_bias(l.output, l.biases, l.batch, l.n, l.out_h * l.out_w);
+    activate_array(l.output, (int)nout, l.activation);
+}
+
+static void conv_backward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    amp_dtype dtype = al->owner->scaler->opt.dtype;
+    int m = l.n / l.groups, n = l.size * l.size * l.c / l.groups, k = l.out_w * l.out_h;
+    size_t nout = (size_t)l.outputs * l.batch, chw = (size_t)l.c / l.groups * l.h * l.w;
+
+    gradient_array(l.output, (int)nout, l.activation, l.delta);
+    if (l.batch_normalize) backward_batchnorm_layer(l, net);
+    else backward_bias(l.bias_updates, l.delta, l.batch, l.n, k);
+
+    float *dy = reserve(&al->dq, nout);
+    memcpy(dy, l.delta, nout * sizeof(float));
+    round_half(dtype, dy, nout);
+    const float *w = half_weights(al, &l, l.nweights, dtype);
+    const float *x = al->xq.data; /* this layer's forward just rounded its input */
+    float *dw = zeroed(&al->tmp, l.nweights);
+
+    for (int i = 0; i < l.batch; ++i) {
+        for (int j = 0; j < l.groups; ++j) {
+            float *a = dy + (i * l.groups + j) * m * k;
+            float *b = net.workspace;
+            float *im = (float *)x + (i * l.groups + j) * chw;
+            if (l.size == 1) b = im;
+            else im2col_cpu(im, l.c / l.groups, l.h, l.w, l.size, l.stride, l.pad, b);
+            gemm(0, 1, m, n, k, 1, a, k, b, k, 1, dw + j * l.nweights / l.groups, n);
+
+            if (!net.delta) continue;
+            float *imd = net.delta + (i * l.groups + j) * chw;
+            float *col = net.workspace;
+            gemm(1, 0, n, k, m, 1, (float *)w + j * l.nweights / l.groups, n, a, k, 0, col, k);
+            if (l.size == 1) {
+                add_half(dtype, col, chw, imd);
+            } else {
+                float *dx = zeroed(&al->gx, chw);
+                col2im_cpu(col, l.c / l.groups, l.h, l.w, l.size, l.stride, l.pad, dx);
+                add_half(dtype, dx, chw, imd);
+            }
+        }
+    }
+    add_half(dtype, dw, l.nweights, l.weight_updates);
+}
+
+static void connected_forward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    amp_dtype dtype = al->owner->scaler->opt.dtype;
+    size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
+    float *x = reserve(&al->xq, nin);
+    memcpy(x, net.input, nin * sizeof(float));
+    round_half(dtype, x, nin);
+    const float *w = half_weights(al, &l, (size_t)l.inputs * l.outputs, dtype);
+
+    fill_cpu((int)nout, 0, l.output, 1);
+    gemm(0, 1, l.batch, l.outputs, l.inputs, 1, x, l.inputs, (float *)w, l.inputs, 1, l.output,
+         l.outputs);
+    round_half(dtype, l.output, nout);
+    if (l.batch_normalize) forward_batchnorm_layer(l, net);
+    else add_bias(l.output, l.biases, l.batch, l.outputs, 1);
+    activate_array(l.output, (int)nout, l.activation);
+}
+
+static void connected_backward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    amp_dtype dtype = al->owner->scaler->opt.dtype;
+    size_t nout = (size_t)l.outputs * l.batch, nw = (size_t)l.inputs * l.outputs;
+
+    gradient_array(l.output, (int)nout, l.activation, l.delta);
+    if (l.batch_normalize) backward_batchnorm_layer(l, net);
+    else backward_bias(l.bias_updates, l.delta, l.batch, l.outputs, 1);
+
+    float *dy = reserve(&al->dq, nout);
+    memcpy(dy, l.delta, nout * sizeof(float));
+    round_half(dtype, dy, nout);
+    const float *w = half_weights(al, &l, nw, dtype);
+
+    float *dw = zeroed(&al->tmp, nw);
+    gemm(1, 0, l.outputs, l.inputs, l.batch, 1, dy, l.outputs, al->xq.data, l.inputs, 1, dw,
+         l.inputs);
+    add_half(dtype, dw, nw, l.weight_updates);
+    if (net.delta) {
+        size_t nin = (size_t)l.inputs * l.batch;
+        float *dx = zeroed(&al->gx, nin);
+        gemm(0, 0, l.batch, l.inputs, l.outputs, 1, dy, l.outputs, (float *)w, l.inputs, 1, dx,
+             l.inputs);
+        add_half(dtype, dx, nin, net.delta);
+    }
+}
+
+int amp_half_install(amp_layer *al, layer *l)
+{
+    if (l->type == CONVOLUTIONAL) {
+        al->forward = conv_forward;
+        al->backward = conv_backward;
+    } else if (l->type == CONNECTED) {
+        al->forward = connected_forward;
+        al->backward = connected_backward;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+void amp_half_free(amp_layer *al)
+{
+    amp_buffer *b[] = {&al->wq, &al->xq, &al->dq, &al->tmp, &al->gx};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) {
+        free(b[i]->data);
+        b[i]->data = NULL;
+        b[i]->n = 0;
+    }
+}

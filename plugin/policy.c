@@ -1,0 +1,76 @@
+/* The autocast policy: which darknet layers run their GEMM/convolution in half
+ * precision. One table, by layer type (docs/design.md, "Autocast policy"). */
+#include "amp_internal.h"
+#include "network.h" /* get_layer_string */
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    LAYER_TYPE type;
+    amp_precision precision;
+} policy_row;
+
+/* Types not listed run unchanged in float32: losses (yolo, region, detection,
+ * softmax, cost, logistic, iseg), l2norm, normalization, batchnorm,
+ * activation, and the data-movement layers (maxpool, avgpool, route,
+ * shortcut, upsample, reorg, crop, dropout). */
+static const policy_row policy[] = {
+    {CONVOLUTIONAL, AMP_PRECISION_HALF},
+    {CONNECTED, AMP_PRECISION_HALF},
+    /* Half by the contract; their half path is not written yet. */
+    {DECONVOLUTIONAL, AMP_PRECISION_FALLBACK},
+    {LOCAL, AMP_PRECISION_FALLBACK},
+    {RNN, AMP_PRECISION_FALLBACK},
+    {GRU, AMP_PRECISION_FALLBACK},
+    {LSTM, AMP_PRECISION_FALLBACK},
+    {CRNN, AMP_PRECISION_FALLBACK},
+};
+
+amp_precision amp_policy(const layer *l, amp_dtype dtype, int half_allowed)
+{
+    if (dtype == AMP_DTYPE_FLOAT32) return AMP_PRECISION_FP32;
+    for (size_t i = 0; i < sizeof policy / sizeof policy[0]; ++i) {
+        if (policy[i].type != l->type) continue;
+        if (!half_allowed) return AMP_PRECISION_OFF;
+        /* binary/xnor convolutions compute on signs: nothing to gain */
+        if (l->binary || l->xnor) return AMP_PRECISION_FP32;
+        return policy[i].precision;
+    }
+    return AMP_PRECISION_FP32;
+}
+
+static const char *precision_name(amp_precision p, amp_dtype dtype)
+{
+    switch (p) {
+    case AMP_PRECISION_HALF: return amp_dtype_name(dtype);
+    case AMP_PRECISION_OFF: return "float32 (amp=0)";
+    case AMP_PRECISION_FALLBACK: return "float32 (no half path yet)";
+    default: return "float32";
+    }
+}
+
+/* One line per precision: the layer indices, runs collapsed ("0-4,7"). */
+void amp_policy_print(const amp_net *an, FILE *out)
+{
+    const network *net = an->net;
+    const amp_dtype dtype = an->scaler->opt.dtype;
+    for (int p = 0; p < AMP_PRECISION_COUNT; ++p) {
+        char line[1024] = "";
+        size_t len = 0;
+        int count = 0;
+        for (int i = 0; i < net->n; ++i) {
+            if ((int)an->layers[i].precision != p) continue;
+            int j = i;
+            while (j + 1 < net->n && (int)an->layers[j + 1].precision == p) ++j;
+            if (len < sizeof line - 32)
+                len += snprintf(line + len, sizeof line - len, "%s%d%s%.0d", count ? "," : "", i,
+                                j > i ? "-" : "", j > i ? j : 0);
+            count += j - i + 1;
+            i = j;
+        }
+        if (count)
+            fprintf(out, "amp:   %-28s %3d layers: %s\n", precision_name((amp_precision)p, dtype),
+                    count, line);
+    }
+}

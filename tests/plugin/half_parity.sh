@@ -1,0 +1,59 @@
+#!/bin/sh
+# Half-precision layers (CPU emulation) against FP32 on the embedded detector:
+# 1. every convolution with amp=0 and amp_dtype=float16: no half layer is
+#    left, so training must be bit-for-bit FP32's (amp=0 really keeps float32);
+# 2. amp=0 on layer 0 alone shows in the precision table;
+# 3. float16 (dynamic scale) and bfloat16 (static scale 1) for ITERS
+#    iterations, same seed and batches: the mean loss of the last 10
+#    iterations within a tolerance of FP32's.
+#   half_parity.sh DRIVER COMPARE FP32_CFG LIST OUT ITERS
+set -u
+driver=$1 compare=$2 cfg=$3 list=$4 out=$5 iters=$6
+rm -rf "$out" && mkdir -p "$out"
+fails=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+with_net() { sed "s|^\[net\]\$|[net]\n$1|" "$cfg" > "$2"; }
+
+with_net "amp=1\namp_dtype=float16" "$out/fp16-all-off.cfg"
+sed -i 's|^\[convolutional\]$|[convolutional]\namp=0|' "$out/fp16-all-off.cfg"
+if COMPARE_OUT="$out/all-off" COMPARE_B_ARGS="--cfg $out/fp16-all-off.cfg" sh "$compare" \
+       fp32 "$driver" fp16_all_amp0 "$driver" 0 -- --cfg "$cfg" --list "$list" --iters 10 --seed 7 \
+       > "$out/all-off.txt"; then
+    ok "float16 with amp=0 on every convolution: $(grep 'bit-for-bit equal' "$out/all-off.txt")"
+else
+    bad "float16 with amp=0 everywhere differs from FP32:"; tail -n 4 "$out/all-off.txt"
+fi
+grep -q "float32 (amp=0) .*13 layers" "$out/all-off/fp16_all_amp0.err" \
+    && ok "precision table: $(grep 'amp=0)' "$out/all-off/fp16_all_amp0.err" | sed 's/^amp: *//')" \
+    || bad "precision table does not list the amp=0 layers"
+
+with_net "amp=1\namp_dtype=float16" "$out/fp16-first-off.cfg"
+sed -i '0,/^\[convolutional\]$/s//[convolutional]\namp=0/' "$out/fp16-first-off.cfg"
+"$driver" --cfg "$out/fp16-first-off.cfg" --list "$list" --iters 1 > /dev/null 2> "$out/first-off.err"
+grep -q "float32 (amp=0) *1 layers: 0\$" "$out/first-off.err" \
+    && ok "amp=0 on layer 0 only: $(grep 'amp=0)' "$out/first-off.err" | sed 's/^amp: *//')" \
+    || bad "amp=0 on layer 0 not shown: $(grep 'amp: ' "$out/first-off.err")"
+
+# Tolerances on the mean of the last 10 losses, relative to FP32's; measured
+# on this cfg (seed 7, 200 iterations): see docs/benchmarks.md / the note.
+run() { # name cfg
+    "$driver" --cfg "$2" --list "$list" --iters "$iters" --seed 7 --save "$out/$1.weights" \
+        > "$out/$1.log" 2> "$out/$1.err" || bad "$1 run failed: $(tail -n 2 "$out/$1.err")"
+}
+mean10() { grep '^iter' "$1" | tail -n 10 | awk '{ s += $4 } END { printf "%.6f", s / NR }'; }
+run fp32 "$cfg"
+with_net "amp=1\namp_dtype=float16" "$out/fp16.cfg"
+with_net "amp=1\namp_dtype=bfloat16" "$out/bf16.cfg"
+run float16 "$out/fp16.cfg"
+run bfloat16 "$out/bf16.cfg"
+ref=$(mean10 "$out/fp32.log")
+for dt in float16:0.15 bfloat16:0.15; do
+    name=${dt%%:*} tol=${dt#*:}
+    m=$(mean10 "$out/$name.log")
+    last=$(grep '^iter' "$out/$name.log" | tail -n 1)
+    rel=$(awk -v a="$m" -v b="$ref" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; printf "%.4f", d }')
+    msg="$name: mean loss of the last 10 of $iters iterations $m vs FP32 $ref (relative difference $rel, tolerance $tol); last line: $last"
+    awk -v r="$rel" -v t="$tol" 'BEGIN { exit !(r <= t) }' && ok "$msg" || bad "$msg"
+done
+[ $fails -eq 0 ] && echo "PASS: half parity" || { echo "FAIL: $fails failed checks"; exit 1; }

@@ -36,7 +36,8 @@ grep -q "float32 (amp=0) *1 layers: 0\$" "$out/first-off.err" \
     || bad "amp=0 on layer 0 not shown: $(grep 'amp: ' "$out/first-off.err")"
 
 # Tolerances on the mean of the last 10 losses, relative to FP32's; measured
-# on this cfg (seed 7, 200 iterations): see docs/benchmarks.md / the note.
+# on this cfg (seed 7, 200 iterations): float16 2.2% above FP32 (8 early skips
+# while the scale backs off to 256), bfloat16 0.9%; the runs are deterministic.
 run() { # name cfg
     "$driver" --cfg "$2" --list "$list" --iters "$iters" --seed 7 --save "$out/$1.weights" \
         > "$out/$1.log" 2> "$out/$1.err" || bad "$1 run failed: $(tail -n 2 "$out/$1.err")"
@@ -48,7 +49,7 @@ with_net "amp=1\namp_dtype=bfloat16" "$out/bf16.cfg"
 run float16 "$out/fp16.cfg"
 run bfloat16 "$out/bf16.cfg"
 ref=$(mean10 "$out/fp32.log")
-for dt in float16:0.15 bfloat16:0.15; do
+for dt in float16:0.06 bfloat16:0.06; do
     name=${dt%%:*} tol=${dt#*:}
     m=$(mean10 "$out/$name.log")
     last=$(grep '^iter' "$out/$name.log" | tail -n 1)

@@ -65,6 +65,26 @@ static const float *half_weights(amp_layer *al, const layer *l, size_t n, amp_dt
     return w;
 }
 
+/* A half-rounded copy of src in b. */
+static float *half_copy(amp_buffer *b, const float *src, size_t n, amp_dtype dtype)
+{
+    float *p = reserve(b, n);
+    memcpy(p, src, n * sizeof(float));
+    round_half(dtype, p, n);
+    return p;
+}
+
+/* The float32 tail of a half layer's forward: its GEMM output stored in
+ * half, then batch-norm or bias, then the activation. */
+static void finish_forward(layer l, network net, amp_dtype dtype, int nbias, int bias_size)
+{
+    size_t nout = (size_t)l.outputs * l.batch;
+    round_half(dtype, l.output, nout);
+    if (l.batch_normalize) forward_batchnorm_layer(l, net);
+    else add_bias(l.output, l.biases, l.batch, nbias, bias_size);
+    activate_array(l.output, (int)nout, l.activation);
+}
+
 /* Rounds a float32 gradient to half and adds it into dst. */
 static void add_half(amp_dtype dtype, float *g, size_t n, float *dst)
 {
@@ -76,10 +96,8 @@ static void conv_forward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
     amp_dtype dtype = al->owner->scaler->opt.dtype;
-    size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
-    float *x = reserve(&al->xq, nin);
-    memcpy(x, net.input, nin * sizeof(float));
-    round_half(dtype, x, nin);
+    size_t nout = (size_t)l.outputs * l.batch;
+    float *x = half_copy(&al->xq, net.input, (size_t)l.inputs * l.batch, dtype);
     const float *w = half_weights(al, &l, l.nweights, dtype);
 
     int m = l.n / l.groups, k = l.size * l.size * l.c / l.groups, n = l.out_w * l.out_h;
@@ -95,10 +113,7 @@ static void conv_forward(layer l, network net)
             gemm(0, 0, m, n, k, 1, a, k, b, n, 1, c, n);
         }
     }
-    round_half(dtype, l.output, nout);
-    if (l.batch_normalize) forward_batchnorm_layer(l, net);
-    else add_bias(l.output, l.biases, l.batch, l.n, l.out_h * l.out_w);
-    activate_array(l.output, (int)nout, l.activation);
+    finish_forward(l, net, dtype, l.n, l.out_h * l.out_w);
 }
 
 static void conv_backward(layer l, network net)
@@ -112,9 +127,7 @@ static void conv_backward(layer l, network net)
     if (l.batch_normalize) backward_batchnorm_layer(l, net);
     else backward_bias(l.bias_updates, l.delta, l.batch, l.n, k);
 
-    float *dy = reserve(&al->dq, nout);
-    memcpy(dy, l.delta, nout * sizeof(float));
-    round_half(dtype, dy, nout);
+    float *dy = half_copy(&al->dq, l.delta, nout, dtype);
     const float *w = half_weights(al, &l, l.nweights, dtype);
     const float *x = al->xq.data; /* this layer's forward just rounded its input */
     float *dw = zeroed(&al->tmp, l.nweights);
@@ -148,19 +161,14 @@ static void connected_forward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
     amp_dtype dtype = al->owner->scaler->opt.dtype;
-    size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
-    float *x = reserve(&al->xq, nin);
-    memcpy(x, net.input, nin * sizeof(float));
-    round_half(dtype, x, nin);
+    size_t nout = (size_t)l.outputs * l.batch;
+    float *x = half_copy(&al->xq, net.input, (size_t)l.inputs * l.batch, dtype);
     const float *w = half_weights(al, &l, (size_t)l.inputs * l.outputs, dtype);
 
     fill_cpu((int)nout, 0, l.output, 1);
     gemm(0, 1, l.batch, l.outputs, l.inputs, 1, x, l.inputs, (float *)w, l.inputs, 1, l.output,
          l.outputs);
-    round_half(dtype, l.output, nout);
-    if (l.batch_normalize) forward_batchnorm_layer(l, net);
-    else add_bias(l.output, l.biases, l.batch, l.outputs, 1);
-    activate_array(l.output, (int)nout, l.activation);
+    finish_forward(l, net, dtype, l.outputs, 1);
 }
 
 static void connected_backward(layer l, network net)
@@ -173,9 +181,7 @@ static void connected_backward(layer l, network net)
     if (l.batch_normalize) backward_batchnorm_layer(l, net);
     else backward_bias(l.bias_updates, l.delta, l.batch, l.outputs, 1);
 
-    float *dy = reserve(&al->dq, nout);
-    memcpy(dy, l.delta, nout * sizeof(float));
-    round_half(dtype, dy, nout);
+    float *dy = half_copy(&al->dq, l.delta, nout, dtype);
     const float *w = half_weights(al, &l, nw, dtype);
 
     float *dw = zeroed(&al->tmp, nw);

@@ -93,6 +93,7 @@ struct amp_net {
     amp_phase phase;
     int first_update;   /* the lowest index of a layer with parameters */
     unsigned long weights_version; /* bumped by every step taken and every load */
+    unsigned long long grad_nonzero, grad_flushed; /* this batch, half layers' input gradients */
     float batch_scale;  /* the scale the current batch was scaled with */
     int found_inf;
     int skipped;        /* the last step */

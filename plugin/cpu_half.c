@@ -85,6 +85,19 @@ static void finish_forward(layer l, network net, amp_dtype dtype, int nbias, int
     activate_array(l.output, (int)nout, l.activation);
 }
 
+/* Diagnostics: of the nonzero gradient elements entering a half layer, how
+ * many rounding to half flushed to zero (per batch, amp_network_flushed). */
+static void count_flushed(amp_net *an, const float *before, const float *after, size_t n)
+{
+    size_t nonzero = 0, flushed = 0;
+    for (size_t i = 0; i < n; ++i) {
+        nonzero += before[i] != 0.0f;
+        flushed += before[i] != 0.0f && after[i] == 0.0f;
+    }
+    an->grad_nonzero += nonzero;
+    an->grad_flushed += flushed;
+}
+
 /* Rounds a float32 gradient to half and adds it into dst. */
 static void add_half(amp_dtype dtype, float *g, size_t n, float *dst)
 {
@@ -128,6 +141,7 @@ static void conv_backward(layer l, network net)
     else backward_bias(l.bias_updates, l.delta, l.batch, l.n, k);
 
     float *dy = half_copy(&al->dq, l.delta, nout, dtype);
+    count_flushed(al->owner, l.delta, dy, nout);
     const float *w = half_weights(al, &l, l.nweights, dtype);
     const float *x = al->xq.data; /* this layer's forward just rounded its input */
     float *dw = zeroed(&al->tmp, l.nweights);
@@ -182,6 +196,7 @@ static void connected_backward(layer l, network net)
     else backward_bias(l.bias_updates, l.delta, l.batch, l.outputs, 1);
 
     float *dy = half_copy(&al->dq, l.delta, nout, dtype);
+    count_flushed(al->owner, l.delta, dy, nout);
     const float *w = half_weights(al, &l, nw, dtype);
 
     float *dw = zeroed(&al->tmp, nw);

@@ -148,6 +148,7 @@ static void begin_batch(amp_net *an)
 {
     float s = an->scaler->state.scale;
     an->batch_scale = s;
+    an->grad_nonzero = an->grad_flushed = 0;
     for (int k = 0; k < an->ntensors; ++k) {
         amp_tensor *t = &an->tensors[k];
         memcpy(an->saved + t->offset, t->grad, t->n * sizeof(float));
@@ -477,6 +478,13 @@ amp_status amp_step(amp_scaler *s, network *net, char *err, size_t errlen)
         return AMP_ERR_NONFINITE;
     }
     return AMP_OK;
+}
+
+double amp_network_flushed(const network *net)
+{
+    amp_net *an = amp_net_of(net);
+    if (!an) return -1;
+    return an->grad_nonzero ? (double)an->grad_flushed / (double)an->grad_nonzero : 0.0;
 }
 
 int amp_step_skipped(const amp_scaler *s, const network *net)

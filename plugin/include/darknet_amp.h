@@ -112,6 +112,12 @@ amp_status amp_update(amp_scaler *s, char *err, size_t errlen);
 /* 1 when net's last step was skipped, 0 when it ran, -1 when not attached. */
 int amp_step_skipped(const amp_scaler *s, const struct network *net);
 
+/* Diagnostics: of the nonzero gradient elements that entered net's
+ * half-precision layers in the current or last batch, the fraction that
+ * rounding to the half type flushed to zero (underflow: what loss scaling is
+ * for). 0 without half layers; -1 when AMP is not attached. */
+double amp_network_flushed(const struct network *net);
+
 /* The scaler state of net, saved next to a weights file as <weights>.amp and
  * loaded from there. darknet's save_weights/load_weights do this by
  * themselves for attached networks. A missing file is AMP_OK with *found = 0. */

@@ -5,7 +5,7 @@
  * (darknet.h of 2018), so the two builds run the same calls on the same data:
  *
  *   train_driver --cfg FILE --list FILE [--iters N] [--seed S]
- *                [--weights FILE] [--save FILE] [--offset K]
+ *                [--weights FILE] [--save FILE] [--offset K] [--grad-zeros]
  *
  * srand(S) precedes everything (darknet draws its initial weights from rand()).
  * Iteration i trains on images i*B .. i*B+B-1 of the list (B = batch *
@@ -16,6 +16,10 @@
  * printed, so two runs can be compared bit for bit. Built against the fork
  * (DARKNET_AMP defined) it registers the AMP plugin, so a cfg with amp=1 trains
  * with AMP, and each iteration line ends with the scale and skipped steps.
+ * --grad-zeros (cfg with momentum=0, decay=0, so that weight_updates holds just
+ * the batch's gradient before the update) adds to each line the fraction of
+ * convolution weight-gradient elements that are exactly zero and, with AMP,
+ * of the gradient elements entering half layers that rounding flushed to zero.
  */
 #include "darknet.h"
 #ifdef DARKNET_AMP
@@ -31,7 +35,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: train_driver --cfg FILE --list FILE [--iters N] [--seed S]\n"
-            "                    [--weights FILE] [--save FILE] [--offset K]\n");
+            "                    [--weights FILE] [--save FILE] [--offset K] [--grad-zeros]\n");
 }
 
 /* Reads the non-empty lines of a file into a NULL-terminated array. */
@@ -115,14 +119,50 @@ static uint64_t fnv1a_file(const char *path, long *bytes)
     return hash;
 }
 
+static double zero_fraction, flushed_fraction = -1;
+
+/* train_network's loop, with the zero count taken between the last backward
+ * and the update (what train_network_datum does, in the same order). */
+static float train_counting_zeros(network *net, data d)
+{
+    float sum = 0;
+    int n = d.X.rows / net->batch;
+    for (int i = 0; i < n; ++i) {
+        get_next_batch(d, net->batch, i * net->batch, net->input, net->truth);
+        *net->seen += net->batch;
+        net->train = 1;
+        forward_network(net);
+        backward_network(net);
+        sum += *net->cost;
+        if (i + 1 < n) continue;
+        size_t zeros = 0, total = 0;
+        for (int l = 0; l < net->n; ++l) {
+            const layer *L = &net->layers[l];
+            if (L->type != CONVOLUTIONAL) continue;
+            for (int k = 0; k < L->nweights; ++k) zeros += L->weight_updates[k] == 0.0f;
+            total += (size_t)L->nweights;
+        }
+        zero_fraction = total ? (double)zeros / total : 0;
+#ifdef DARKNET_AMP
+        flushed_fraction = amp_network_flushed(net);
+#endif
+        update_network(net);
+    }
+    return sum / (n * net->batch);
+}
+
 int main(int argc, char **argv)
 {
     const char *cfg = NULL, *list = NULL, *weights = NULL;
     const char *save = "train_driver.weights";
-    int iters = 20, offset = 0;
+    int iters = 20, offset = 0, grad_zeros = 0;
     unsigned seed = 1;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--grad-zeros")) {
+            grad_zeros = 1;
+            continue;
+        }
         if (!v) { usage(); return 2; }
         if (!strcmp(a, "--cfg")) cfg = v;
         else if (!strcmp(a, "--list")) list = v;
@@ -166,7 +206,7 @@ int main(int argc, char **argv)
             free_image(im);
             if (read_truth(path, d.y.vals[b], max_boxes)) return 1;
         }
-        float loss = train_network(net, d);
+        float loss = grad_zeros ? train_counting_zeros(net, d) : train_network(net, d);
         free_data(d);
         char status[512] = "";
 #ifdef DARKNET_AMP
@@ -176,7 +216,9 @@ int main(int argc, char **argv)
             return 1;
         }
 #endif
-        printf("iter %d loss %.9g %a %s\n", it + 1, loss, loss, status);
+        if (grad_zeros) printf("iter %d loss %.9g %a zero_grad %.6f flushed %.6f %s\n", it + 1,
+                               loss, loss, zero_fraction, flushed_fraction, status);
+        else printf("iter %d loss %.9g %a %s\n", it + 1, loss, loss, status);
         fflush(stdout);
     }
 

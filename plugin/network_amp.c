@@ -22,6 +22,7 @@
  */
 #include "amp_internal.h"
 #include "network.h" /* get_layer_string */
+#include "half.h"    /* amp_f32_bits */
 
 #include <stdint.h>
 #include <stdio.h>
@@ -134,10 +135,8 @@ static int scale_checked(float *g, size_t n, float k)
     uint32_t bad = 0;
     for (size_t i = 0; i < n; ++i) {
         float u = g[i] * k;
-        uint32_t b;
-        memcpy(&b, &u, sizeof b);
         g[i] = u;
-        bad |= (~b & 0x7f800000u) == 0;
+        bad |= (~amp_f32_bits(u) & 0x7f800000u) == 0;
     }
     return bad != 0;
 }

@@ -37,6 +37,7 @@
  * previous sidecar readable. Any other value, or none, is ignored.
  */
 #include "state_file.h"
+#include "half.h" /* amp_f32_bits */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -130,19 +131,6 @@ static int32_t i32_from_u32(uint32_t u)
     return u <= (uint32_t)INT32_MAX ? (int32_t)u : -(int32_t)(~u) - 1;
 }
 
-static uint32_t bits_from_float(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float float_from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 /* The decoded values, in the file's own widths. */
 typedef struct sf_values {
@@ -163,7 +151,7 @@ static int check_values(const sf_values *v, char *why, size_t n)
         snprintf(why, n, "unknown dtype %" PRIu32, v->dtype);
     } else if (!amp_finite(v->scale) || !(v->scale > 0.0f)) {
         snprintf(why, n, "scale %g (bits 0x%08" PRIx32 ") is not a finite number > 0",
-                 (double)v->scale, bits_from_float(v->scale));
+                 (double)v->scale, amp_f32_bits(v->scale));
     } else if (v->growth_tracker < 0) {
         snprintf(why, n, "negative growth_tracker %" PRId64, v->growth_tracker);
     } else if (v->hysteresis_left < 0) {
@@ -288,7 +276,7 @@ amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_
     put_u32(buf + 8, AMP_STATE_FORMAT_VERSION);
     put_u32(buf + 12, SF_PAYLOAD_SIZE);
     put_u32(buf + 16, v.dtype);
-    put_u32(buf + 20, bits_from_float(v.scale));
+    put_u32(buf + 20, amp_f32_bits(v.scale));
     put_u64(buf + 24, (uint64_t)v.growth_tracker);
     put_u32(buf + 32, (uint32_t)v.hysteresis_left);
     put_u64(buf + 36, (uint64_t)v.consecutive_skips);
@@ -443,7 +431,7 @@ amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_
     }
 
     v.dtype = get_u32(buf + 16);
-    v.scale = float_from_bits(get_u32(buf + 20));
+    v.scale = amp_f32_from_bits(get_u32(buf + 20));
     v.growth_tracker = i64_from_u64(get_u64(buf + 24));
     v.hysteresis_left = i32_from_u32(get_u32(buf + 32));
     v.consecutive_skips = i64_from_u64(get_u64(buf + 36));

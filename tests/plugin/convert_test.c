@@ -34,19 +34,8 @@
 
 #define MAX_EXAMPLES 5
 
-static float from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint32_t to_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
+#define from_bits amp_f32_from_bits
+#define to_bits amp_f32_bits
 
 static int f16_is_nan(uint16_t h)
 {

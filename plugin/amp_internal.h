@@ -40,6 +40,31 @@ typedef enum amp_precision {
     AMP_PRECISION_COUNT
 } amp_precision;
 
+/* What runs a half layer's GEMM/convolution on the CPU. */
+typedef enum amp_backend {
+    AMP_BACKEND_DARKNET,  /* darknet's own float32 code */
+    AMP_BACKEND_EMULATED, /* cpu_half.c: darknet's GEMM on half-rounded values */
+    AMP_BACKEND_ONEDNN    /* cpu_onednn.c: oneDNN primitives in the half dtype */
+} amp_backend;
+
+/* DARKNET_AMP_CPU: which backend half layers get (docs/cfg.md). */
+typedef enum amp_cpu_path {
+    AMP_CPU_AUTO,    /* oneDNN for bfloat16 where it has an optimised kernel */
+    AMP_CPU_ONEDNN,  /* oneDNN whatever the kernel (and for amp_dtype=float32) */
+    AMP_CPU_EMULATE  /* the emulation everywhere */
+} amp_cpu_path;
+
+struct amp_dnnl_conv;
+struct amp_dnnl_ctx;
+
+/* DARKNET_AMP_PROFILE=1: time spent in one half layer (profile.c). */
+typedef struct amp_layer_profile {
+    double fwd_s, bwd_s;    /* in the layer's forward and backward */
+    double gemm_s;          /* of which in the GEMM/convolution and conversions */
+    double gflop;           /* GEMM/convolution work done, 1e9 multiply-adds x 2 */
+    unsigned long calls;    /* forward + backward calls */
+} amp_layer_profile;
+
 typedef struct amp_buffer {
     float *data;
     size_t n;
@@ -62,6 +87,9 @@ typedef struct amp_layer {
     /* half execution (cpu_half.c): weights copy and scratch */
     amp_buffer wq, xq, dq, tmp, gx;
     unsigned long wq_version;
+    amp_backend backend;
+    struct amp_dnnl_conv *dnnl; /* oneDNN primitives and buffers (cpu_onednn.c) */
+    amp_layer_profile prof;
 } amp_layer;
 
 typedef enum amp_phase {
@@ -101,6 +129,9 @@ struct amp_net {
     char bad[192];      /* the tensor that overflowed first in the last step */
     char error[512];    /* a fatal condition for the training loop */
     char cfgfile[256];
+    amp_cpu_path cpu_path;
+    struct amp_dnnl_ctx *dnnl;  /* oneDNN engine and stream, NULL until needed */
+    int profile;        /* DARKNET_AMP_PROFILE */
     amp_injection inject[8];
     int ninject;
 };
@@ -126,10 +157,32 @@ void amp_net_free(amp_net *an);
 amp_precision amp_policy(const layer *l, amp_dtype dtype, int half_allowed);
 void amp_policy_print(const amp_net *an, FILE *out);
 
-/* cpu_half.c: sets al->forward/backward to the half path of l's type; 0 when
- * it has none. */
+/* cpu_half.c: sets al->forward/backward to the half path of l's type and
+ * al->backend; 0 when it has none. */
 int amp_half_install(amp_layer *al, layer *l);
 void amp_half_free(amp_layer *al);
+/* The emulated convolution, also the oneDNN path's fallback. */
+void amp_emulated_conv_forward(layer l, network net);
+void amp_emulated_conv_backward(layer l, network net);
+/* The float32 parts of a half layer (cpu_tail.c): batch-norm or bias, then the
+ * activation, and their gradients; multi-threaded, same results as darknet's. */
+void amp_tail_forward(layer l, network net, int nbias, int bias_size);
+void amp_tail_backward(layer l, network net, int nbias, int bias_size);
+
+/* cpu_onednn.c. Installs the oneDNN convolution for l (1) or says why not
+ * (0, why filled); dtype float32 runs the same primitives in float32. */
+int amp_onednn_conv_install(amp_layer *al, layer *l, amp_dtype dtype, char *why, size_t whylen);
+void amp_onednn_conv_free(amp_layer *al);
+void amp_onednn_ctx_free(amp_net *an);
+/* The CPU's instruction set as oneDNN sees it ("avx512_core_bf16"), and
+ * whether it runs bfloat16 natively (AVX512-BF16 or AMX). */
+const char *amp_onednn_isa(int *native_bf16);
+/* Parses DARKNET_AMP_CPU; AMP_ERR_INVALID with a message on a bad value. */
+amp_status amp_cpu_path_parse(const char *value, amp_cpu_path *out, char *err, size_t errlen);
+
+/* profile.c */
+double amp_clock(void);
+void amp_profile_print(const amp_net *an, FILE *out);
 
 /* Parses DARKNET_AMP_INJECT (docs/testing.md) into an. */
 amp_status amp_parse_injection(amp_net *an, const char *spec, char *err, size_t errlen);

@@ -80,9 +80,18 @@ static void finish_forward(layer l, network net, amp_dtype dtype, int nbias, int
 {
     size_t nout = (size_t)l.outputs * l.batch;
     round_half(dtype, l.output, nout);
-    if (l.batch_normalize) forward_batchnorm_layer(l, net);
-    else add_bias(l.output, l.biases, l.batch, nbias, bias_size);
-    activate_array(l.output, (int)nout, l.activation);
+    amp_tail_forward(l, net, nbias, bias_size);
+}
+
+/* DARKNET_AMP_PROFILE: one call's times and work (2 flops per multiply-add). */
+static void profile_add(amp_layer *al, int backward, double t0, double gemm_s, double macs)
+{
+    double t = amp_clock() - t0;
+    if (backward) al->prof.bwd_s += t;
+    else al->prof.fwd_s += t;
+    al->prof.gemm_s += gemm_s;
+    al->prof.gflop += 2e-9 * macs;
+    al->prof.calls++;
 }
 
 /* Diagnostics: of the nonzero gradient elements entering a half layer, how
@@ -105,10 +114,11 @@ static void add_half(amp_dtype dtype, float *g, size_t n, float *dst)
     axpy_cpu((int)n, 1, g, 1, dst, 1);
 }
 
-static void conv_forward(layer l, network net)
+void amp_emulated_conv_forward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
     amp_dtype dtype = al->owner->scaler->opt.dtype;
+    double t0 = al->owner->profile ? amp_clock() : 0;
     size_t nout = (size_t)l.outputs * l.batch;
     float *x = half_copy(&al->xq, net.input, (size_t)l.inputs * l.batch, dtype);
     const float *w = half_weights(al, &l, l.nweights, dtype);
@@ -126,19 +136,22 @@ static void conv_forward(layer l, network net)
             gemm(0, 0, m, n, k, 1, a, k, b, n, 1, c, n);
         }
     }
+    double t1 = al->owner->profile ? amp_clock() : 0;
     finish_forward(l, net, dtype, l.n, l.out_h * l.out_w);
+    if (al->owner->profile)
+        profile_add(al, 0, t0, t1 - t0, (double)l.batch * l.groups * m * n * k);
 }
 
-static void conv_backward(layer l, network net)
+void amp_emulated_conv_backward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
     amp_dtype dtype = al->owner->scaler->opt.dtype;
     int m = l.n / l.groups, n = l.size * l.size * l.c / l.groups, k = l.out_w * l.out_h;
     size_t nout = (size_t)l.outputs * l.batch, chw = (size_t)l.c / l.groups * l.h * l.w;
+    double t0 = al->owner->profile ? amp_clock() : 0;
 
-    gradient_array(l.output, (int)nout, l.activation, l.delta);
-    if (l.batch_normalize) backward_batchnorm_layer(l, net);
-    else backward_bias(l.bias_updates, l.delta, l.batch, l.n, k);
+    amp_tail_backward(l, net, l.n, k);
+    double t1 = al->owner->profile ? amp_clock() : 0;
 
     float *dy = half_copy(&al->dq, l.delta, nout, dtype);
     count_flushed(al->owner, l.delta, dy, nout);
@@ -169,6 +182,9 @@ static void conv_backward(layer l, network net)
         }
     }
     add_half(dtype, dw, l.nweights, l.weight_updates);
+    if (al->owner->profile)
+        profile_add(al, 1, t0, amp_clock() - t1,
+                    (double)l.batch * l.groups * m * n * k * (net.delta ? 2 : 1));
 }
 
 static void connected_forward(layer l, network net)
@@ -191,9 +207,7 @@ static void connected_backward(layer l, network net)
     amp_dtype dtype = al->owner->scaler->opt.dtype;
     size_t nout = (size_t)l.outputs * l.batch, nw = (size_t)l.inputs * l.outputs;
 
-    gradient_array(l.output, (int)nout, l.activation, l.delta);
-    if (l.batch_normalize) backward_batchnorm_layer(l, net);
-    else backward_bias(l.bias_updates, l.delta, l.batch, l.outputs, 1);
+    amp_tail_backward(l, net, l.outputs, 1);
 
     float *dy = half_copy(&al->dq, l.delta, nout, dtype);
     count_flushed(al->owner, l.delta, dy, nout);
@@ -214,20 +228,32 @@ static void connected_backward(layer l, network net)
 
 int amp_half_install(amp_layer *al, layer *l)
 {
+    const amp_net *an = al->owner;
+    const amp_dtype dtype = an->scaler->opt.dtype;
+    if (l->type == CONVOLUTIONAL && an->cpu_path != AMP_CPU_EMULATE &&
+        (dtype == AMP_DTYPE_BFLOAT16 || an->cpu_path == AMP_CPU_ONEDNN)) {
+        char why[256];
+        if (amp_onednn_conv_install(al, l, dtype, why, sizeof why)) return 1;
+        if (an->cpu_path == AMP_CPU_ONEDNN)
+            fprintf(stderr, "amp: layer %d: not through oneDNN: %s; emulated\n", al->index, why);
+    }
+    if (dtype == AMP_DTYPE_FLOAT32) return 0; /* nothing to emulate */
     if (l->type == CONVOLUTIONAL) {
-        al->forward = conv_forward;
-        al->backward = conv_backward;
+        al->forward = amp_emulated_conv_forward;
+        al->backward = amp_emulated_conv_backward;
     } else if (l->type == CONNECTED) {
         al->forward = connected_forward;
         al->backward = connected_backward;
     } else {
         return 0;
     }
+    al->backend = AMP_BACKEND_EMULATED;
     return 1;
 }
 
 void amp_half_free(amp_layer *al)
 {
+    amp_onednn_conv_free(al);
     amp_buffer *b[] = {&al->wq, &al->xq, &al->dq, &al->tmp, &al->gx};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) {
         free(b[i]->data);

@@ -295,6 +295,10 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, char *err, size_t errlen)
         return AMP_ERR_INVALID;
     }
 #endif
+    amp_status pst = amp_cpu_path_parse(getenv("DARKNET_AMP_CPU"), &an->cpu_path, err, errlen);
+    if (pst != AMP_OK) return pst;
+    const char *prof = getenv("DARKNET_AMP_PROFILE");
+    an->profile = prof && *prof && strcmp(prof, "0") != 0;
     if (collect_tensors(an)) goto nomem;
     const char *spec = getenv("DARKNET_AMP_INJECT");
     if (spec) {
@@ -315,7 +319,13 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, char *err, size_t errlen)
         al->orig_backward = al->backward = l->backward;
         al->orig_update = al->update = l->update;
         al->precision = amp_policy(l, s->opt.dtype, al->half_allowed);
-        if (al->precision == AMP_PRECISION_HALF && !amp_half_install(al, l))
+        /* amp_dtype=float32 with DARKNET_AMP_CPU=onednn: the half layers run
+         * oneDNN's float32 primitives (benchmarks: the library's gain alone). */
+        if (s->opt.dtype == AMP_DTYPE_FLOAT32 && an->cpu_path == AMP_CPU_ONEDNN &&
+            amp_policy(l, AMP_DTYPE_BFLOAT16, al->half_allowed) == AMP_PRECISION_HALF &&
+            amp_half_install(al, l))
+            al->precision = AMP_PRECISION_HALF;
+        else if (al->precision == AMP_PRECISION_HALF && !amp_half_install(al, l))
             al->precision = AMP_PRECISION_FALLBACK;
         int params = l->update != NULL;
         if (l->cost && l->forward) l->forward = wrap_forward;
@@ -355,6 +365,7 @@ void amp_net_free(amp_net *an)
             net->layers[i].hook_data = NULL;
         }
     }
+    amp_onednn_ctx_free(an);
     if (net && net->hook_data == an) net->hook_data = NULL;
     if (an->owns_scaler) amp_scaler_free(an->scaler);
     amp_scaler_free(an->parsed); /* a parse that never finished */

@@ -40,29 +40,40 @@ amp_precision amp_policy(const layer *l, amp_dtype dtype, int half_allowed)
     return AMP_PRECISION_FP32;
 }
 
-static const char *precision_name(amp_precision p, amp_dtype dtype)
+static const char *precision_name(amp_precision p, amp_backend b, amp_dtype dtype, char *buf,
+                                  size_t n)
 {
     switch (p) {
-    case AMP_PRECISION_HALF: return amp_dtype_name(dtype);
+    case AMP_PRECISION_HALF:
+        snprintf(buf, n, "%s (%s)", amp_dtype_name(dtype),
+                 b == AMP_BACKEND_ONEDNN ? "oneDNN" : "emulated");
+        return buf;
     case AMP_PRECISION_OFF: return "float32 (amp=0)";
     case AMP_PRECISION_FALLBACK: return "float32 (no half path yet)";
     default: return "float32";
     }
 }
 
-/* One line per precision: the layer indices, runs collapsed ("0-4,7"). */
+/* What a layer runs in: its precision and, for half layers, the backend. */
+static int kind(const amp_layer *al)
+{
+    return (int)al->precision * 3 + (al->precision == AMP_PRECISION_HALF ? (int)al->backend : 0);
+}
+
+/* One line per precision and backend: the layer indices, runs collapsed
+ * ("0-4,7"). */
 void amp_policy_print(const amp_net *an, FILE *out)
 {
     const network *net = an->net;
     const amp_dtype dtype = an->scaler->opt.dtype;
-    for (int p = 0; p < AMP_PRECISION_COUNT; ++p) {
-        char line[1024] = "";
+    for (int p = 0; p < AMP_PRECISION_COUNT * 3; ++p) {
+        char line[1024] = "", name[64];
         size_t len = 0;
         int count = 0;
         for (int i = 0; i < net->n; ++i) {
-            if ((int)an->layers[i].precision != p) continue;
+            if (kind(&an->layers[i]) != p) continue;
             int j = i;
-            while (j + 1 < net->n && (int)an->layers[j + 1].precision == p) ++j;
+            while (j + 1 < net->n && kind(&an->layers[j + 1]) == p) ++j;
             if (len < sizeof line - 32)
                 len += snprintf(line + len, sizeof line - len, "%s%d%s%.0d", count ? "," : "", i,
                                 j > i ? "-" : "", j > i ? j : 0);
@@ -70,7 +81,9 @@ void amp_policy_print(const amp_net *an, FILE *out)
             i = j;
         }
         if (count)
-            fprintf(out, "amp:   %-28s %3d layers: %s\n", precision_name((amp_precision)p, dtype),
+            fprintf(out, "amp:   %-28s %3d layers: %s\n",
+                    precision_name((amp_precision)(p / 3), (amp_backend)(p % 3), dtype, name,
+                                   sizeof name),
                     count, line);
     }
 }

@@ -67,6 +67,11 @@ static void describe(const amp_net *an)
                 o->init_scale);
     fprintf(stderr, "; %d layers with parameters; layer precision:\n", params);
     amp_policy_print(an, stderr);
+    int native = 0;
+    const char *isa = amp_onednn_isa(&native);
+    if (o->dtype == AMP_DTYPE_BFLOAT16 && !native)
+        fprintf(stderr, "amp: warning: this CPU has neither AVX512-BF16 nor AMX (oneDNN: %s): "
+                        "bfloat16 will be slow, likely slower than float32 (amp=0)\n", isa);
 }
 
 static int on_network_parsed(void *ctx, network *net, const char *cfgfile, char *err,
@@ -192,6 +197,7 @@ static void on_train_done(void *ctx, network *net)
     const amp_scale_state *st = &an->scaler->state;
     fprintf(stderr, "amp: training done: %llu steps, %llu skipped (%.2f%%), final loss scale %g\n",
             st->steps, st->skips, st->steps ? 100.0 * st->skips / st->steps : 0.0, st->scale);
+    if (an->profile) amp_profile_print(an, stderr);
 }
 
 static const darknet_hooks amp_hooks = {

@@ -1,0 +1,155 @@
+/* The float32 parts of a half layer on the CPU: batch-norm (or bias), the
+ * activation, and their gradients. Same formulas as darknet's
+ * forward_batchnorm_layer/backward_batchnorm_layer, add_bias/backward_bias,
+ * activate_array/gradient_array, but one pass over memory per phase instead of
+ * up to eight, and split by channel between OpenMP threads. darknet runs these
+ * single-threaded; once the convolution runs in bfloat16 through oneDNN they
+ * would be most of a layer's time.
+ *
+ * Sums over a channel run in darknet's order (batch, then position) in float,
+ * as darknet's do; the square roots and powers are taken in float rather than
+ * darknet's double, so results can differ from darknet's by an ulp or two
+ * (tests/plugin/tail_test.c compares them).
+ */
+#include "amp_internal.h"
+
+#include "activations.h"
+
+#include <math.h>
+
+/* Parallel only when there is enough work to pay for waking the threads. */
+#define AMP_TAIL_MIN_PARALLEL 16384
+
+static inline float act(float x, ACTIVATION a)
+{
+    switch (a) {
+    case LINEAR: return x;
+    case LEAKY: return x > 0 ? x : .1f * x;
+    case RELU: return x * (x > 0);
+    default: return activate(x, a);
+    }
+}
+
+static inline float grad(float y, ACTIVATION a)
+{
+    switch (a) {
+    case LINEAR: return 1;
+    case LEAKY: return y > 0 ? 1 : .1f;
+    case RELU: return y > 0;
+    default: return gradient(y, a);
+    }
+}
+
+void amp_tail_forward(layer l, network net, int nbias, int bias_size)
+{
+    const int batch = l.batch, n = nbias, size = bias_size;
+    const ACTIVATION a = l.activation;
+    const long total = (long)batch * n * size;
+    float *y = l.output;
+    if (!l.batch_normalize) {
+#pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
+        for (int f = 0; f < n; ++f)
+            for (int b = 0; b < batch; ++b) {
+                float *p = y + ((long)b * n + f) * size;
+                for (int i = 0; i < size; ++i) p[i] = act(p[i] + l.biases[f], a);
+            }
+        return;
+    }
+    const float mscale = 1.f / (batch * size), vscale = 1.f / (batch * size - 1);
+#pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
+    for (int f = 0; f < n; ++f) {
+        float mean, var;
+        if (net.train) {
+            float s = 0;
+            for (int b = 0; b < batch; ++b) {
+                const float *p = y + ((long)b * n + f) * size;
+                for (int i = 0; i < size; ++i) s += p[i];
+            }
+            mean = s * mscale;
+            float v = 0;
+            for (int b = 0; b < batch; ++b) {
+                const float *p = y + ((long)b * n + f) * size;
+                for (int i = 0; i < size; ++i) v += (p[i] - mean) * (p[i] - mean);
+            }
+            var = v * vscale;
+            l.mean[f] = mean;
+            l.variance[f] = var;
+            l.rolling_mean[f] = .99f * l.rolling_mean[f] + .01f * mean;
+            l.rolling_variance[f] = .99f * l.rolling_variance[f] + .01f * var;
+        } else {
+            mean = l.rolling_mean[f];
+            var = l.rolling_variance[f];
+        }
+        const float den = sqrtf(var) + .000001f, sc = l.scales[f], bi = l.biases[f];
+        for (int b = 0; b < batch; ++b) {
+            const long o = ((long)b * n + f) * size;
+            float *p = y + o, *x = l.x + o, *xn = l.x_norm + o;
+            for (int i = 0; i < size; ++i) {
+                const float v = (p[i] - mean) / den;
+                x[i] = p[i];
+                if (net.train) xn[i] = v;
+                p[i] = act(v * sc + bi, a);
+            }
+        }
+    }
+}
+
+void amp_tail_backward(layer l, network net, int nbias, int bias_size)
+{
+    const int batch = l.batch, n = nbias, size = bias_size;
+    const ACTIVATION a = l.activation;
+    const long total = (long)batch * n * size;
+    float *d = l.delta;
+    const float *y = l.output;
+    if (!l.batch_normalize) {
+#pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
+        for (int f = 0; f < n; ++f)
+            for (int b = 0; b < batch; ++b) { /* added per image, as darknet does */
+                const long o = ((long)b * n + f) * size;
+                float s = 0;
+                for (int i = 0; i < size; ++i) s += d[o + i] *= grad(y[o + i], a);
+                l.bias_updates[f] += s;
+            }
+        return;
+    }
+    const float *mean = net.train ? l.mean : l.rolling_mean;
+    const float *variance = net.train ? l.variance : l.rolling_variance;
+    const float count = (float)size * batch;
+#pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
+    for (int f = 0; f < n; ++f) {
+        /* the activation's gradient, and the bias and scale gradients */
+        float ss = 0;
+        for (int b = 0; b < batch; ++b) {
+            const long o = ((long)b * n + f) * size;
+            float s = 0;
+            for (int i = 0; i < size; ++i) {
+                d[o + i] *= grad(y[o + i], a);
+                s += d[o + i];
+                ss += d[o + i] * l.x_norm[o + i];
+            }
+            l.bias_updates[f] += s;
+        }
+        l.scale_updates[f] += ss;
+        /* through the scale and the normalisation */
+        const float sc = l.scales[f], m = mean[f], ve = variance[f] + .00001f;
+        const float inv = 1.f / sqrtf(ve);
+        float md = 0, vd = 0;
+        for (int b = 0; b < batch; ++b) {
+            const long o = ((long)b * n + f) * size;
+            for (int i = 0; i < size; ++i) {
+                d[o + i] *= sc;
+                md += d[o + i];
+                vd += d[o + i] * (l.x[o + i] - m);
+            }
+        }
+        md *= -inv;
+        vd *= -.5f * powf(ve, -1.5f);
+        l.mean_delta[f] = md;
+        l.variance_delta[f] = vd;
+        const float kv = vd * 2.f / count, km = md / count;
+        for (int b = 0; b < batch; ++b) {
+            const long o = ((long)b * n + f) * size;
+            for (int i = 0; i < size; ++i) d[o + i] = d[o + i] * inv + kv * (l.x[o + i] - m) + km;
+        }
+    }
+}

@@ -131,7 +131,7 @@ struct amp_net {
     char cfgfile[256];
     amp_cpu_path cpu_path;
     struct amp_dnnl_ctx *dnnl;  /* oneDNN engine and stream, NULL until needed */
-    int profile;        /* DARKNET_AMP_PROFILE */
+    int profile;        /* DARKNET_AMP_PROFILE: 1 on, 2 on and printed */
     amp_injection inject[8];
     int ninject;
 };

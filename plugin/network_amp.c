@@ -365,6 +365,7 @@ void amp_net_free(amp_net *an)
             net->layers[i].hook_data = NULL;
         }
     }
+    if (an->profile == 1 && an->scaler && net) amp_profile_print(an, stderr); /* not yet printed */
     amp_onednn_ctx_free(an);
     if (net && net->hook_data == an) net->hook_data = NULL;
     if (an->owns_scaler) amp_scaler_free(an->scaler);

@@ -197,7 +197,10 @@ static void on_train_done(void *ctx, network *net)
     const amp_scale_state *st = &an->scaler->state;
     fprintf(stderr, "amp: training done: %llu steps, %llu skipped (%.2f%%), final loss scale %g\n",
             st->steps, st->skips, st->steps ? 100.0 * st->skips / st->steps : 0.0, st->scale);
-    if (an->profile) amp_profile_print(an, stderr);
+    if (an->profile == 1) {
+        amp_profile_print(an, stderr);
+        an->profile = 2; /* printed */
+    }
 }
 
 static const darknet_hooks amp_hooks = {

@@ -70,8 +70,9 @@ static void describe(const amp_net *an)
     int native = 0;
     const char *isa = amp_onednn_isa(&native);
     if (o->dtype == AMP_DTYPE_BFLOAT16 && !native)
-        fprintf(stderr, "amp: warning: this CPU has neither AVX512-BF16 nor AMX (oneDNN: %s): "
-                        "bfloat16 will be slow, likely slower than float32 (amp=0)\n", isa);
+        fprintf(stderr, "amp: warning: this CPU has neither AVX512-BF16 nor AMX (oneDNN sees %s): "
+                        "bfloat16 is converted in software here and will be slow, possibly "
+                        "slower than float32 (amp=0)\n", isa);
 }
 
 static int on_network_parsed(void *ctx, network *net, const char *cfgfile, char *err,

@@ -1,0 +1,70 @@
+#!/bin/sh
+# Which CPU backend half layers get, and what the user is told:
+# 1. bfloat16 by default goes through oneDNN where the CPU runs bfloat16
+#    (AVX512-BF16 or AMX), with no warning;
+# 2. with oneDNN limited to AVX2 (DNNL_MAX_CPU_ISA, as on a CPU without
+#    AVX512), one warning that bfloat16 will be slow, and the layers fall back
+#    to the emulation (oneDNN has only reference kernels there);
+# 3. DARKNET_AMP_CPU=emulate and =onednn are obeyed; a bad value is refused
+#    with a message naming the variable;
+# 4. float16 never goes to oneDNN (2.6 has no float16 convolution on CPUs).
+#   cpu_backend.sh DRIVER CFG LIST OUT ONEDNN(ON|OFF)
+set -u
+driver=$1 cfg=$2 list=$3 out=$4 onednn=$5
+if [ "$onednn" != ON ]; then
+    echo "SKIP: built without oneDNN (DARKNET_AMP_ONEDNN=OFF or libdnnl-dev missing)"
+    exit 77
+fi
+rm -rf "$out" && mkdir -p "$out"
+fails=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+sed 's|^\[net\]$|[net]\namp=1\namp_dtype=bfloat16|' "$cfg" > "$out/bf16.cfg"
+sed 's|^\[net\]$|[net]\namp=1\namp_dtype=float16|' "$cfg" > "$out/fp16.cfg"
+run() { # name cfg env...: one iteration, stderr to $out/name.err
+    name=$1 c=$2
+    shift 2
+    env "$@" "$driver" --cfg "$c" --list "$list" --iters 1 > "$out/$name.out" 2> "$out/$name.err"
+    echo $? > "$out/$name.rc"
+}
+table() { grep -E '^amp: +(bfloat16|float16) ' "$out/$1.err" | sed 's/^amp: *//' | tr -s ' '; }
+warned() { grep -c 'warning: this CPU has neither AVX512-BF16 nor AMX' "$out/$1.err"; }
+
+if grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo; then
+    run native "$out/bf16.cfg"
+    [ "$(table native)" != "" ] && table native | grep -q 'oneDNN' && ! table native | grep -q emulated \
+        && ok "bfloat16 on this CPU: $(table native)" || bad "bfloat16 not through oneDNN: $(table native)"
+    [ "$(warned native)" = 0 ] && ok "no warning where the CPU has bfloat16" \
+        || bad "warned on a CPU with bfloat16"
+else
+    echo "note: this CPU has neither avx512_bf16 nor amx_bf16: the native case is not checked"
+fi
+
+run avx2 "$out/bf16.cfg" DNNL_MAX_CPU_ISA=AVX2
+[ "$(warned avx2)" = 1 ] && ok "oneDNN limited to AVX2: one warning: $(grep warning "$out/avx2.err" | head -1)" \
+    || bad "expected one warning with DNNL_MAX_CPU_ISA=AVX2, got $(warned avx2)"
+table avx2 | grep -q 'emulated' && ! table avx2 | grep -q oneDNN \
+    && ok "... and the emulation instead of oneDNN's reference kernels: $(table avx2)" \
+    || bad "with AVX2 only: $(table avx2)"
+
+run emulate "$out/bf16.cfg" DARKNET_AMP_CPU=emulate
+table emulate | grep -q emulated && ! table emulate | grep -q oneDNN \
+    && ok "DARKNET_AMP_CPU=emulate: $(table emulate)" || bad "DARKNET_AMP_CPU=emulate: $(table emulate)"
+
+run bogus "$out/bf16.cfg" DARKNET_AMP_CPU=fast
+[ "$(cat "$out/bogus.rc")" != 0 ] && grep -q 'DARKNET_AMP_CPU=fast: expected auto, onednn or emulate' "$out/bogus.err" \
+    && ok "DARKNET_AMP_CPU=fast refused: $(grep -m1 'DARKNET_AMP_CPU' "$out/bogus.err")" \
+    || bad "DARKNET_AMP_CPU=fast not refused (exit $(cat "$out/bogus.rc")): $(tail -n 2 "$out/bogus.err")"
+
+run fp16 "$out/fp16.cfg" DARKNET_AMP_CPU=onednn
+table fp16 | grep -q 'float16 (emulated)' && ! table fp16 | grep -q oneDNN \
+    && grep -q 'no float16 convolution on CPUs' "$out/fp16.err" \
+    && ok "float16 with DARKNET_AMP_CPU=onednn: emulated, and said why: $(grep -m1 'no float16' "$out/fp16.err")" \
+    || bad "float16 with DARKNET_AMP_CPU=onednn: $(table fp16)"
+
+for f in "$out"/*.rc; do
+    n=$(basename "$f" .rc)
+    [ "$n" = bogus ] || [ "$(cat "$f")" = 0 ] || bad "$n run failed: $(tail -n 2 "$out/$n.err")"
+done
+[ "$fails" = 0 ] && echo "PASS" || echo "FAIL: $fails checks"
+[ "$fails" = 0 ]

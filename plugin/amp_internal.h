@@ -59,6 +59,12 @@ struct amp_dnnl_ctx;
 
 /* DARKNET_AMP_PROFILE=1: time spent in one half layer (profile.c). */
 typedef struct amp_layer_profile {
+    /* every layer (profile.c wraps its pointers) */
+    void (*next_forward)(struct layer, struct network);
+    void (*next_backward)(struct layer, struct network);
+    void (*next_update)(struct layer, update_args);
+    double all_fwd_s, all_bwd_s, all_upd_s;
+    /* half layers */
     double fwd_s, bwd_s;    /* in the layer's forward and backward */
     double gemm_s;          /* of which in the GEMM/convolution and conversions */
     double gflop;           /* GEMM/convolution work done, 1e9 multiply-adds x 2 */
@@ -122,6 +128,7 @@ struct amp_net {
     int first_update;   /* the lowest index of a layer with parameters */
     unsigned long weights_version; /* bumped by every step taken and every load */
     unsigned long long grad_nonzero, grad_flushed; /* this batch, half layers' input gradients */
+    double prof_scaling_s;   /* DARKNET_AMP_PROFILE: saving, scaling, unscaling, checking */
     float batch_scale;  /* the scale the current batch was scaled with */
     int found_inf;
     int skipped;        /* the last step */
@@ -182,6 +189,8 @@ amp_status amp_cpu_path_parse(const char *value, amp_cpu_path *out, char *err, s
 
 /* profile.c */
 double amp_clock(void);
+/* Puts a timer around every layer's forward, backward and update. */
+void amp_profile_install(amp_net *an);
 void amp_profile_print(const amp_net *an, FILE *out);
 
 /* Parses DARKNET_AMP_INJECT (docs/testing.md) into an. */

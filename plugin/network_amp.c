@@ -129,10 +129,12 @@ static void describe_tensor(const amp_net *an, const amp_tensor *t, char *out, s
 
 /* Multiplies every element by k; returns 1 if any result is inf or NaN. The
  * test is on the exponent bits, so the loop vectorizes (a float reduction
- * would not without -fassociative-math). */
+ * would not without -fassociative-math). Element by element, so splitting it
+ * between threads changes no result. */
 static int scale_checked(float *g, size_t n, float k)
 {
     uint32_t bad = 0;
+#pragma omp parallel for simd schedule(static) reduction(| : bad) if (n > 65536)
     for (size_t i = 0; i < n; ++i) {
         float u = g[i] * k;
         g[i] = u;
@@ -145,6 +147,7 @@ static int scale_checked(float *g, size_t n, float k)
  * and used for its deltas and histories alike until the step. */
 static void begin_batch(amp_net *an)
 {
+    double t0 = an->profile ? amp_clock() : 0;
     float s = an->scaler->state.scale;
     an->batch_scale = s;
     an->grad_nonzero = an->grad_flushed = 0;
@@ -155,6 +158,7 @@ static void begin_batch(amp_net *an)
             for (size_t i = 0; i < t->n; ++i) t->grad[i] *= s;
     }
     an->phase = AMP_PHASE_ACCUMULATING;
+    if (an->profile) an->prof_scaling_s += amp_clock() - t0;
 }
 
 /* A backward after amp_unscale, before the step: the histories are whole
@@ -188,6 +192,7 @@ static void inject(amp_net *an)
  * first overflowed. */
 static void unscale(amp_net *an)
 {
+    double t0 = an->profile ? amp_clock() : 0;
     float inv = (float)(1.0 / (double)an->batch_scale);
     inject(an);
     an->found_inf = 0;
@@ -200,6 +205,7 @@ static void unscale(amp_net *an)
         }
     }
     an->phase = AMP_PHASE_UNSCALED;
+    if (an->profile) an->prof_scaling_s += amp_clock() - t0;
 }
 
 static void restore(amp_net *an)
@@ -337,6 +343,7 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, char *err, size_t errlen)
                       l->update != al->orig_update;
         if (al->wrapped) l->hook_data = al;
     }
+    if (an->profile) amp_profile_install(an);
     net->hook_data = an;
     return AMP_OK;
 nomem:

@@ -3,6 +3,7 @@
  * GEMM/convolution with its conversions, and the work done (2 flops per
  * multiply-add); amp_profile_print sums them at the end of training. */
 #include "amp_internal.h"
+#include "network.h" /* get_layer_string */
 
 #include <time.h>
 
@@ -13,8 +14,79 @@ double amp_clock(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+static void timed_forward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    double t = amp_clock();
+    al->prof.next_forward(l, net);
+    al->prof.all_fwd_s += amp_clock() - t;
+}
+
+static void timed_backward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    double t = amp_clock();
+    al->prof.next_backward(l, net);
+    al->prof.all_bwd_s += amp_clock() - t;
+}
+
+static void timed_update(layer l, update_args a)
+{
+    amp_layer *al = l.hook_data;
+    double t = amp_clock();
+    al->prof.next_update(l, a);
+    al->prof.all_upd_s += amp_clock() - t;
+}
+
+void amp_profile_install(amp_net *an)
+{
+    for (int i = 0; i < an->net->n; ++i) {
+        layer *l = &an->net->layers[i];
+        amp_layer *al = &an->layers[i];
+        al->prof.next_forward = l->forward;
+        al->prof.next_backward = l->backward;
+        al->prof.next_update = l->update;
+        if (l->forward) l->forward = timed_forward;
+        if (l->backward) l->backward = timed_backward;
+        if (l->update) l->update = timed_update;
+        l->hook_data = al;
+        al->wrapped = 1; /* detach puts darknet's pointers back */
+    }
+}
+
+/* Time per layer type, every layer: where a training step goes. */
+static void print_by_type(const amp_net *an, FILE *out)
+{
+    double total = an->prof_scaling_s;
+    for (int i = 0; i < an->net->n; ++i) {
+        const amp_layer_profile *p = &an->layers[i].prof;
+        total += p->all_fwd_s + p->all_bwd_s + p->all_upd_s;
+    }
+    if (total <= 0) return;
+    fprintf(out, "amp: profile: time in layers, %.3f s in all:\n", total);
+    for (int t = 0; t <= BLANK; ++t) {
+        double f = 0, b = 0, u = 0;
+        int n = 0;
+        for (int i = 0; i < an->net->n; ++i) {
+            if ((int)an->net->layers[i].type != t) continue;
+            const amp_layer_profile *p = &an->layers[i].prof;
+            f += p->all_fwd_s, b += p->all_bwd_s, u += p->all_upd_s, ++n;
+        }
+        if (!n || f + b + u <= 0) continue;
+        /* darknet's get_layer_string predates upsample */
+        const char *name = t == UPSAMPLE ? "upsample" : get_layer_string((LAYER_TYPE)t);
+        fprintf(out, "amp: profile:   %-15s %3d layers: forward %8.3f s, backward %8.3f s, "
+                     "update %8.3f s (%4.1f%%)\n",
+                name, n, f, b, u, 100 * (f + b + u) / total);
+    }
+    fprintf(out, "amp: profile:   %-15s            save, scale, unscale and check the gradients "
+                 "%8.3f s (%4.1f%%)\n",
+            "loss scaling", an->prof_scaling_s, 100 * an->prof_scaling_s / total);
+}
+
 void amp_profile_print(const amp_net *an, FILE *out)
 {
+    print_by_type(an, out);
     amp_layer_profile sum = {0};
     for (int i = 0; i < an->net->n; ++i) {
         const amp_layer_profile *p = &an->layers[i].prof;

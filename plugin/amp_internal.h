@@ -176,6 +176,10 @@ void amp_emulated_conv_backward(layer l, network net);
 void amp_tail_forward(layer l, network net, int nbias, int bias_size);
 void amp_tail_backward(layer l, network net, int nbias, int bias_size);
 
+/* cpu_maxpool.c: darknet's max-pooling, multi-threaded, same results. */
+void amp_maxpool_forward(layer l, network net);
+void amp_maxpool_backward(layer l, network net);
+
 /* cpu_onednn.c. Installs the oneDNN convolution for l (1) or says why not
  * (0, why filled); dtype float32 runs the same primitives in float32. */
 int amp_onednn_conv_install(amp_layer *al, layer *l, amp_dtype dtype, char *why, size_t whylen);

@@ -333,10 +333,15 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, char *err, size_t errlen)
             al->precision = AMP_PRECISION_HALF;
         else if (al->precision == AMP_PRECISION_HALF && !amp_half_install(al, l))
             al->precision = AMP_PRECISION_FALLBACK;
+        if (l->type == MAXPOOL && l->forward && l->backward) { /* same results, threaded */
+            al->forward = amp_maxpool_forward;
+            al->backward = amp_maxpool_backward;
+        }
         int params = l->update != NULL;
         if (l->cost && l->forward) l->forward = wrap_forward;
-        else if (al->forward != al->orig_forward) l->forward = al->forward; /* half */
+        else if (al->forward != al->orig_forward) l->forward = al->forward; /* half, maxpool */
         if ((params || l->cost) && l->backward) l->backward = wrap_backward;
+        else if (al->backward != al->orig_backward) l->backward = al->backward;
         if (params) l->update = wrap_update;
         if (params && an->first_update < 0) an->first_update = i;
         al->wrapped = l->forward != al->orig_forward || l->backward != al->orig_backward ||

@@ -226,6 +226,66 @@ static void connected_backward(layer l, network net)
     }
 }
 
+/* A locally connected layer: one GEMM per output position, its own weights
+ * at each. darknet starts the output at the biases and lets the GEMM add into
+ * it; here the GEMM's result is stored in half first, then the biases are
+ * added in float32, as a GPU's half GEMM with a float32 epilogue would. */
+static void local_forward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    amp_dtype dtype = al->owner->scaler->opt.dtype;
+    const int locations = l.out_w * l.out_h, k = l.size * l.size * l.c;
+    float *x = half_copy(&al->xq, net.input, (size_t)l.inputs * l.batch, dtype);
+    const float *w = half_weights(al, &l, (size_t)locations * k * l.n, dtype);
+    fill_cpu(l.outputs * l.batch, 0, l.output, 1);
+    for (int i = 0; i < l.batch; ++i) {
+        im2col_cpu(x + (size_t)i * l.inputs, l.c, l.h, l.w, l.size, l.stride, l.pad,
+                   net.workspace);
+        float *out = l.output + (size_t)i * l.outputs;
+        for (int j = 0; j < locations; ++j)
+            gemm(0, 0, l.n, 1, k, 1, (float *)w + (size_t)j * k * l.n, k, net.workspace + j,
+                 locations, 1, out + j, locations);
+    }
+    round_half(dtype, l.output, (size_t)l.outputs * l.batch);
+    for (int i = 0; i < l.batch; ++i)
+        axpy_cpu(l.outputs, 1, l.biases, 1, l.output + (size_t)i * l.outputs, 1);
+    activate_array(l.output, l.outputs * l.batch, l.activation);
+}
+
+static void local_backward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    amp_dtype dtype = al->owner->scaler->opt.dtype;
+    const int locations = l.out_w * l.out_h, k = l.size * l.size * l.c;
+    const size_t nout = (size_t)l.outputs * l.batch, nw = (size_t)locations * k * l.n;
+    const size_t chw = (size_t)l.c * l.h * l.w;
+
+    gradient_array(l.output, (int)nout, l.activation, l.delta);
+    for (int i = 0; i < l.batch; ++i)
+        axpy_cpu(l.outputs, 1, l.delta + (size_t)i * l.outputs, 1, l.bias_updates, 1);
+
+    float *dy = half_copy(&al->dq, l.delta, nout, dtype);
+    count_flushed(al->owner, l.delta, dy, nout);
+    const float *w = half_weights(al, &l, nw, dtype);
+    float *dw = zeroed(&al->tmp, nw);
+    for (int i = 0; i < l.batch; ++i) {
+        im2col_cpu(al->xq.data + (size_t)i * l.inputs, l.c, l.h, l.w, l.size, l.stride, l.pad,
+                   net.workspace);
+        const float *d = dy + (size_t)i * l.outputs;
+        for (int j = 0; j < locations; ++j)
+            gemm(0, 1, l.n, k, 1, 1, (float *)d + j, locations, net.workspace + j, locations, 1,
+                 dw + (size_t)j * k * l.n, k);
+        if (!net.delta) continue;
+        for (int j = 0; j < locations; ++j)
+            gemm(1, 0, k, 1, l.n, 1, (float *)w + (size_t)j * k * l.n, k, (float *)d + j,
+                 locations, 0, net.workspace + j, locations);
+        float *dx = zeroed(&al->gx, chw);
+        col2im_cpu(net.workspace, l.c, l.h, l.w, l.size, l.stride, l.pad, dx);
+        add_half(dtype, dx, chw, net.delta + (size_t)i * chw);
+    }
+    add_half(dtype, dw, nw, l.weight_updates);
+}
+
 int amp_half_install(amp_layer *al, layer *l)
 {
     const amp_net *an = al->owner;
@@ -244,6 +304,9 @@ int amp_half_install(amp_layer *al, layer *l)
     } else if (l->type == CONNECTED) {
         al->forward = connected_forward;
         al->backward = connected_backward;
+    } else if (l->type == LOCAL) {
+        al->forward = local_forward;
+        al->backward = local_backward;
     } else {
         return 0;
     }

@@ -18,9 +18,9 @@ typedef struct {
 static const policy_row policy[] = {
     {CONVOLUTIONAL, AMP_PRECISION_HALF},
     {CONNECTED, AMP_PRECISION_HALF},
+    {LOCAL, AMP_PRECISION_HALF},
     /* Half by the contract; their half path is not written yet. */
     {DECONVOLUTIONAL, AMP_PRECISION_FALLBACK},
-    {LOCAL, AMP_PRECISION_FALLBACK},
     {RNN, AMP_PRECISION_FALLBACK},
     {GRU, AMP_PRECISION_FALLBACK},
     {LSTM, AMP_PRECISION_FALLBACK},

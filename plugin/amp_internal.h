@@ -138,6 +138,7 @@ struct amp_net {
     char cfgfile[256];
     amp_cpu_path cpu_path;
     struct amp_dnnl_ctx *dnnl;  /* oneDNN engine and stream, NULL until needed */
+    struct amp_gpu_net *gpu;    /* cuda/amp_gpu.c: the network trains on a GPU; else NULL */
     int profile;        /* DARKNET_AMP_PROFILE: 1 on, 2 on and printed */
     amp_injection inject[8];
     int ninject;
@@ -190,6 +191,20 @@ void amp_onednn_ctx_free(amp_net *an);
 const char *amp_onednn_isa(int *native_bf16);
 /* Parses DARKNET_AMP_CPU; AMP_ERR_INVALID with a message on a bad value. */
 amp_status amp_cpu_path_parse(const char *value, amp_cpu_path *out, char *err, size_t errlen);
+
+/* cuda/amp_gpu.c, CUDA builds only (docs/gpu.md): AMP on a network with
+ * gpu_index >= 0. Each is a no-op on a network without an->gpu. */
+#ifdef GPU
+amp_status amp_gpu_attach(amp_net *an, char *err, size_t errlen);
+void amp_gpu_detach(amp_net *an);
+/* Reads the device's scaler state into an->scaler->state when the last step's
+ * asynchronous copy has landed (wait: block until it has). */
+void amp_gpu_poll(amp_net *an, int wait);
+/* Pushes an->scaler->state to the device (after a sidecar was loaded). */
+void amp_gpu_push_state(amp_net *an);
+amp_status amp_gpu_unscale(amp_net *an, char *err, size_t errlen);
+amp_status amp_gpu_step(amp_net *an, char *err, size_t errlen);
+#endif
 
 /* profile.c */
 double amp_clock(void);

@@ -22,7 +22,7 @@
  */
 #include "amp_internal.h"
 #include "network.h" /* get_layer_string */
-#include "half.h"    /* amp_f32_bits */
+#include "grad_math.h" /* amp_unscale_check, amp_inv_scale: shared with cuda/ */
 
 #include <stdint.h>
 #include <stdio.h>
@@ -136,9 +136,7 @@ static int scale_checked(float *g, size_t n, float k)
     uint32_t bad = 0;
 #pragma omp parallel for simd schedule(static) reduction(| : bad) if (n > 65536)
     for (size_t i = 0; i < n; ++i) {
-        float u = g[i] * k;
-        g[i] = u;
-        bad |= (~amp_f32_bits(u) & 0x7f800000u) == 0;
+        bad |= amp_unscale_check(&g[i], k); /* grad_math.h, shared with cuda/ */
     }
     return bad != 0;
 }
@@ -193,7 +191,7 @@ static void inject(amp_net *an)
 static void unscale(amp_net *an)
 {
     double t0 = an->profile ? amp_clock() : 0;
-    float inv = (float)(1.0 / (double)an->batch_scale);
+    float inv = amp_inv_scale(an->batch_scale);
     inject(an);
     an->found_inf = 0;
     an->bad[0] = 0;
@@ -294,13 +292,6 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, char *err, size_t errlen)
 {
     network *net = an->net;
     an->scaler = s;
-#ifdef GPU
-    if (net->gpu_index >= 0) {
-        amp_errorf(err, errlen, "%s: AMP on the GPU is not implemented yet; train with -nogpu "
-                                "or without amp=1", an->cfgfile[0] ? an->cfgfile : "network");
-        return AMP_ERR_INVALID;
-    }
-#endif
     amp_status pst = amp_cpu_path_parse(getenv("DARKNET_AMP_CPU"), &an->cpu_path, err, errlen);
     if (pst != AMP_OK) return pst;
     const char *prof = getenv("DARKNET_AMP_PROFILE");
@@ -316,6 +307,9 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, char *err, size_t errlen)
     an->phase = AMP_PHASE_IDLE;
     an->first_update = -1;
     an->weights_version = 1;
+#ifdef GPU
+    if (net->gpu_index >= 0) return amp_gpu_attach(an, err, errlen); /* cuda/amp_gpu.c */
+#endif
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];
         amp_layer *al = &an->layers[i];
@@ -359,6 +353,9 @@ nomem:
 void amp_net_free(amp_net *an)
 {
     if (!an) return;
+#ifdef GPU
+    amp_gpu_detach(an); /* a GPU network: unscaled, unwrapped and freed there */
+#endif
     network *net = an->net;
     /* Detached mid-batch: hand darknet its histories unscaled (exact for a
      * power-of-two scale), with this batch's gradients kept. */
@@ -481,6 +478,9 @@ amp_status amp_unscale(amp_scaler *s, network *net, char *err, size_t errlen)
         amp_errorf(err, errlen, "amp_unscale: no backward pass since the last step");
         return AMP_ERR_STATE;
     }
+#ifdef GPU
+    if (an->gpu) return amp_gpu_unscale(an, err, errlen);
+#endif
     unscale(an);
     return AMP_OK;
 }
@@ -489,6 +489,9 @@ amp_status amp_step(amp_scaler *s, network *net, char *err, size_t errlen)
 {
     amp_net *an = checked(s, net, "amp_step", err, errlen);
     if (!an) return AMP_ERR_INVALID;
+#ifdef GPU
+    if (an->gpu) return amp_gpu_step(an, err, errlen);
+#endif
     if (an->phase == AMP_PHASE_ACCUMULATING) unscale(an);
     if (an->phase != AMP_PHASE_UNSCALED) {
         amp_errorf(err, errlen, "amp_step: no backward pass since the last step");
@@ -514,6 +517,9 @@ int amp_step_skipped(const amp_scaler *s, const network *net)
 {
     amp_net *an = amp_net_of(net);
     if (!an || (s && an->scaler != s)) return -1;
+#ifdef GPU
+    amp_gpu_poll(an, 1); /* the device decided; this API call may wait for it */
+#endif
     return an->step_index > 0 && an->skipped;
 }
 

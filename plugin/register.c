@@ -69,7 +69,7 @@ static void describe(const amp_net *an)
     amp_policy_print(an, stderr);
     int native = 0;
     const char *isa = amp_onednn_isa(&native);
-    if (o->dtype == AMP_DTYPE_BFLOAT16 && !native)
+    if (o->dtype == AMP_DTYPE_BFLOAT16 && !native && !an->gpu)
         fprintf(stderr, "amp: warning: this CPU has neither AVX512-BF16 nor AMX (oneDNN sees %s): "
                         "bfloat16 is converted in software here and will be slow, possibly "
                         "slower than float32 (amp=0)\n", isa);
@@ -104,6 +104,9 @@ amp_status amp_save_state(const network *net, const char *weights, char *err, si
         amp_errorf(err, errlen, "amp_save_state: %s", an ? "NULL path" : "AMP is not attached");
         return AMP_ERR_INVALID;
     }
+#ifdef GPU
+    amp_gpu_poll(an, 1); /* the scale lives on the device */
+#endif
     return amp_state_file_write(weights, an->scaler->opt.dtype, &an->scaler->state, err, errlen);
 }
 
@@ -138,6 +141,9 @@ amp_status amp_load_state(network *net, const char *weights, int *found, char *e
     if (st.scale > o->max_scale && o->dynamic) st.scale = o->max_scale;
     if (st.hysteresis_left > o->hysteresis || st.hysteresis_left < 1) st.hysteresis_left = o->hysteresis;
     an->scaler->state = st;
+#ifdef GPU
+    amp_gpu_push_state(an);
+#endif
     return AMP_OK;
 }
 
@@ -185,6 +191,9 @@ static int on_train_iteration(void *ctx, network *net, char *status, size_t n)
         snprintf(status, n, "%s", an->error);
         return 1;
     }
+#ifdef GPU
+    amp_gpu_poll(an, 0); /* no wait: the line may show the step before */
+#endif
     snprintf(status, n, ", scale %g, %llu skipped", an->scaler->state.scale,
              an->scaler->state.skips);
     return 0;
@@ -195,6 +204,9 @@ static void on_train_done(void *ctx, network *net)
     (void)ctx;
     amp_net *an = amp_net_of(net);
     if (!an) return;
+#ifdef GPU
+    amp_gpu_poll(an, 1);
+#endif
     const amp_scale_state *st = &an->scaler->state;
     fprintf(stderr, "amp: training done: %llu steps, %llu skipped (%.2f%%), final loss scale %g\n",
             st->steps, st->skips, st->steps ? 100.0 * st->skips / st->steps : 0.0, st->scale);

@@ -26,6 +26,7 @@ const char *amp_status_name(amp_status status)
     case AMP_ERR_FORMAT: return "corrupt or incompatible state file";
     case AMP_ERR_NONFINITE: return "too many consecutive non-finite steps";
     case AMP_ERR_NOMEM: return "out of memory";
+    case AMP_ERR_DEVICE: return "GPU error";
     }
     return "unknown status";
 }

@@ -33,7 +33,8 @@ typedef enum amp_status {
     AMP_ERR_IO = 3,        /* a file could not be read or written */
     AMP_ERR_FORMAT = 4,    /* a state file is corrupt, truncated or of another version */
     AMP_ERR_NONFINITE = 5, /* amp_max_skips consecutive steps were skipped */
-    AMP_ERR_NOMEM = 6
+    AMP_ERR_NOMEM = 6,
+    AMP_ERR_DEVICE = 7     /* a CUDA, cuBLAS or cuDNN call failed, or the GPU cannot run the dtype */
 } amp_status;
 
 /* The scaler's settings; the [net] cfg keys of docs/cfg.md map onto them. */

@@ -55,6 +55,7 @@ static const char *status_name(amp_status s)
     case AMP_ERR_FORMAT: return "AMP_ERR_FORMAT";
     case AMP_ERR_NONFINITE: return "AMP_ERR_NONFINITE";
     case AMP_ERR_NOMEM: return "AMP_ERR_NOMEM";
+    case AMP_ERR_DEVICE: return "AMP_ERR_DEVICE";
     }
     return "unknown status";
 }

@@ -183,7 +183,10 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    gpu_index = -1; /* darknet's -nogpu: the CPU path, also in a CUDA build */
+    /* darknet's -nogpu: the CPU path, also in a CUDA build; TRAIN_DRIVER_GPU=<n>
+     * trains on GPU n instead (a CUDA build's gpu tests). */
+    const char *gpu = getenv("TRAIN_DRIVER_GPU");
+    gpu_index = gpu && *gpu ? atoi(gpu) : -1;
 #ifdef DARKNET_AMP
     if (amp_register() != AMP_OK) return 1;
 #endif

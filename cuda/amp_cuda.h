@@ -1,0 +1,101 @@
+/* The GPU backend's kernels, as C-callable launchers. Every launcher takes the
+ * stream to run on and returns 0, or 1 with "call failed at file:line: why"
+ * in err (cuda_check.h). Element math lives in plugin/half.h (conversions),
+ * plugin/grad_math.h (unscale and check) and plugin/scale_rule.h (the scale
+ * update), compiled for host and device alike, so the host tests exercise the
+ * GPU's arithmetic.
+ *
+ * Multi-tensor operations work on a table of spans (pointer pairs and a
+ * length, in device memory) cut into chunks of AMP_MT_CHUNK elements: one
+ * launch covers every parameter tensor of a network, each block one chunk.
+ */
+#ifndef AMP_CUDA_H
+#define AMP_CUDA_H
+
+#include "darknet_amp.h" /* amp_dtype */
+#include "scale_rule.h"
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AMP_MT_CHUNK 16384
+
+/* x: the tensor operated on; y: its partner (a saved copy), NULL where unused. */
+typedef struct amp_span {
+    float *x;
+    float *y;
+    size_t n;
+} amp_span;
+
+typedef struct amp_chunk {
+    unsigned int span;
+    unsigned int start; /* element offset into the span, a multiple of AMP_MT_CHUNK */
+} amp_chunk;
+
+/* A table in device memory (spans, chunks) with its host-side counts. */
+typedef struct amp_mt_table {
+    amp_span *spans;
+    amp_chunk *chunks;
+    unsigned int nspans, nchunks;
+} amp_mt_table;
+
+/* The per-network device state. The scale fields are the scaler's (the
+ * network owns its scaler on the GPU); found/skipped are this network's. */
+typedef struct amp_gpu_state {
+    amp_scale_state st;
+    float batch_scale;        /* fixed at the batch start, used until its step */
+    float inv_scale;          /* amp_inv_scale(batch_scale) */
+    unsigned int found;       /* 0, or 1 + the highest span index with a non-finite element */
+    unsigned int skipped;     /* the last step was skipped (found != 0 at its decision) */
+    unsigned long long seq;   /* steps decided */
+} amp_gpu_state;
+
+/* Builds a table in device memory from host spans (one synchronous upload,
+ * at attach). */
+int amp_mt_table_create(amp_mt_table *t, const amp_span *spans, unsigned int nspans, char *err,
+                        size_t errlen);
+void amp_mt_table_free(amp_mt_table *t);
+
+/* convert.cu: element-wise with half.h's functions (bit for bit the host's). */
+int amp_cuda_to_half(const float *x, uint16_t *h, size_t n, amp_dtype dtype, cudaStream_t stream,
+                     char *err, size_t errlen);
+int amp_cuda_from_half(const uint16_t *h, float *x, size_t n, amp_dtype dtype,
+                       cudaStream_t stream, char *err, size_t errlen);
+/* y += float(h) (beta = 1 in float32 after a half GEMM/convolution). */
+int amp_cuda_add_half(const uint16_t *h, float *y, size_t n, amp_dtype dtype, cudaStream_t stream,
+                      char *err, size_t errlen);
+
+/* unscale.cu: x *= *factor over every span, one launch; with found != NULL,
+ * atomicMax(found, 1 + span) for every span holding a non-finite result
+ * (0 stays 0 when all are finite; never cleared by the kernel). */
+int amp_cuda_unscale_check(const amp_mt_table *t, const float *factor, unsigned int *found,
+                           cudaStream_t stream, char *err, size_t errlen);
+
+/* history.cu: the batch start (y = x, then x *= scale, for every span; the
+ * state's batch_scale and inv_scale are fixed from its scale), and the cost
+ * layer's delta *= batch_scale. */
+int amp_cuda_begin_batch(const amp_mt_table *t, amp_gpu_state *state, cudaStream_t stream,
+                         char *err, size_t errlen);
+int amp_cuda_scale_delta(float *delta, size_t n, const amp_gpu_state *state, cudaStream_t stream,
+                         char *err, size_t errlen);
+
+/* gate.cu: y = x for every span, only when *flag != 0 (a skipped step's
+ * save and restore, decided on the device). to_y: copy x into y, else y into x. */
+int amp_cuda_gated_copy(const amp_mt_table *t, const unsigned int *flag, int to_y,
+                        cudaStream_t stream, char *err, size_t errlen);
+
+/* scale_update.cu: the step's decision (one thread): skipped = found != 0,
+ * seq += 1, and with update_scale the scaler's rule (scale_rule.h). */
+int amp_cuda_decide(amp_gpu_state *state, amp_scale_params params, int update_scale,
+                    cudaStream_t stream, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

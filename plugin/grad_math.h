@@ -1,0 +1,58 @@
+/* The per-element arithmetic of loss scaling, shared by the CPU core
+ * (network_amp.c) and the CUDA kernels in cuda/: plain C on floats and bit
+ * patterns, every function static inline and marked AMP_HD so that nvcc
+ * compiles the same expressions for host and device, and the host tests
+ * (tests/plugin/grad_math_test.c) exercise the GPU's arithmetic.
+ *
+ * Numerics (docs/design.md, "Gradients and momentum"):
+ * - the unscale factor is 1/S computed in double and rounded to float once,
+ *   as PyTorch's GradScaler does; for a power-of-two S it is exact;
+ * - a gradient is unscaled by one float multiplication, rounded to nearest
+ *   even (on the device __fmul_rn, so that no contraction or fast-math flag
+ *   can change it), and the result is checked: an overflow of the scaled
+ *   value is inf already, and with S < 1 a finite value may overflow only now;
+ * - "non-finite" is decided on the exponent bits (all ones: inf or NaN), an
+ *   integer test that vectorises on the host, which a float compare reduction
+ *   would not without -fassociative-math, and that flush-to-zero settings
+ *   cannot change (subnormals have exponent bits 0).
+ */
+#ifndef AMP_GRAD_MATH_H
+#define AMP_GRAD_MATH_H
+
+#include "half.h" /* AMP_HD, amp_f32_bits */
+
+#include <stdint.h>
+
+/* 1 when x is inf or NaN, else 0. */
+AMP_HD static inline uint32_t amp_nonfinite_bits(float x)
+{
+    return (~amp_f32_bits(x) & 0x7f800000u) == 0;
+}
+
+/* x * k rounded to nearest even: one IEEE multiplication on both sides. */
+AMP_HD static inline float amp_mul_rn(float x, float k)
+{
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(x, k);
+#else
+    return x * k;
+#endif
+}
+
+/* The factor that undoes a scale s: 1/s in double, rounded to float once. */
+AMP_HD static inline float amp_inv_scale(float s)
+{
+    return (float)(1.0 / (double)s);
+}
+
+/* Unscales one gradient element in place; returns 1 if the result is inf or
+ * NaN. The CPU's loop ORs these over an array, the CUDA kernel over a thread's
+ * elements before one atomic per block. */
+AMP_HD static inline uint32_t amp_unscale_check(float *g, float inv)
+{
+    float u = amp_mul_rn(*g, inv);
+    *g = u;
+    return amp_nonfinite_bits(u);
+}
+
+#endif

@@ -1,0 +1,285 @@
+/* The GPU backend's kernels against the host code they share their element
+ * math with (half.h, grad_math.h, scale_rule.h): conversions bit for bit over
+ * every 16-bit pattern and 2^24 float patterns (and the CUDA intrinsics'
+ * conversions for every non-NaN input, the claim half.h makes), the fused
+ * unscale + check with inf and NaN injected into chosen tensors (the flag
+ * names the last one), the batch start, the gated copies, and a scale update
+ * trace against amp_scale_update on the host. Exit 77 without a device. */
+#include "amp_cuda.h"
+#include "grad_math.h"
+#include "half.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+static int failures;
+#define CHECK(cond, ...)                                                                      \
+    do {                                                                                      \
+        int ok_ = (cond);                                                                     \
+        printf(ok_ ? "ok: " : "FAIL: ");                                                      \
+        printf(__VA_ARGS__);                                                                  \
+        printf("\n");                                                                         \
+        failures += !ok_;                                                                     \
+    } while (0)
+#define CUDA(call)                                                                            \
+    do {                                                                                      \
+        cudaError_t e_ = (call);                                                              \
+        if (e_ != cudaSuccess) {                                                              \
+            printf("FAIL: %s at %s:%d: %s\n", #call, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+#define LAUNCH(call)                                                                          \
+    do {                                                                                      \
+        char err_[256] = "";                                                                  \
+        if (call) {                                                                           \
+            printf("FAIL: %s: %s\n", #call, err_);                                            \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+#define ERR err_, sizeof err_
+
+static __global__ void intrinsic_f16(const float *x, uint16_t *h, size_t n)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) h[i] = __half_as_ushort(__float2half_rn(x[i]));
+}
+
+static __global__ void intrinsic_bf16(const float *x, uint16_t *h, size_t n)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) h[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
+}
+
+template <typename T> static T *dev(size_t n)
+{
+    T *p;
+    CUDA(cudaMalloc((void **)&p, n * sizeof(T)));
+    return p;
+}
+
+static void conversions(void)
+{
+    const size_t n16 = 65536;
+    std::vector<uint16_t> h(n16);
+    std::vector<float> got(n16);
+    for (size_t i = 0; i < n16; ++i) h[i] = (uint16_t)i;
+    uint16_t *dh = dev<uint16_t>(n16);
+    float *dx = dev<float>(n16);
+    CUDA(cudaMemcpy(dh, h.data(), n16 * 2, cudaMemcpyHostToDevice));
+    for (int bf = 0; bf < 2; ++bf) {
+        amp_dtype dt = bf ? AMP_DTYPE_BFLOAT16 : AMP_DTYPE_FLOAT16;
+        LAUNCH(amp_cuda_from_half(dh, dx, n16, dt, 0, ERR));
+        CUDA(cudaMemcpy(got.data(), dx, n16 * 4, cudaMemcpyDeviceToHost));
+        size_t bad = 0;
+        for (size_t i = 0; i < n16; ++i) {
+            float want = bf ? amp_bf16_to_f32(h[i]) : amp_f16_to_f32(h[i]);
+            bad += amp_f32_bits(got[i]) != amp_f32_bits(want);
+        }
+        CHECK(bad == 0, "%s -> float32 on the device, all 65536 patterns: %zu differ from half.h",
+              bf ? "bfloat16" : "float16", bad);
+    }
+    cudaFree(dh);
+    cudaFree(dx);
+
+    /* 2^24 float patterns: every 256th, plus the low byte varied by i. */
+    const size_t n = (size_t)1 << 24;
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = amp_f32_from_bits((uint32_t)(i << 8 | (i * 37u & 0xffu)));
+    float *dxx = dev<float>(n);
+    uint16_t *dout = dev<uint16_t>(n);
+    std::vector<uint16_t> out(n);
+    CUDA(cudaMemcpy(dxx, x.data(), n * 4, cudaMemcpyHostToDevice));
+    for (int bf = 0; bf < 2; ++bf) {
+        amp_dtype dt = bf ? AMP_DTYPE_BFLOAT16 : AMP_DTYPE_FLOAT16;
+        LAUNCH(amp_cuda_to_half(dxx, dout, n, dt, 0, ERR));
+        CUDA(cudaMemcpy(out.data(), dout, n * 2, cudaMemcpyDeviceToHost));
+        size_t bad = 0;
+        for (size_t i = 0; i < n; ++i)
+            bad += out[i] != (bf ? amp_f32_to_bf16(x[i]) : amp_f32_to_f16(x[i]));
+        CHECK(bad == 0, "float32 -> %s on the device, %zu patterns: %zu differ from half.h",
+              bf ? "bfloat16" : "float16", n, bad);
+        /* The CUDA intrinsics agree for every non-NaN input (NaN payloads differ
+         * by design: CUDA returns a canonical NaN). */
+        if (bf) intrinsic_bf16<<<(unsigned)((n + 255) / 256), 256>>>(dxx, dout, n);
+        else intrinsic_f16<<<(unsigned)((n + 255) / 256), 256>>>(dxx, dout, n);
+        CUDA(cudaGetLastError());
+        CUDA(cudaMemcpy(out.data(), dout, n * 2, cudaMemcpyDeviceToHost));
+        bad = 0;
+        size_t nan_ok = 0, nan_in = 0;
+        for (size_t i = 0; i < n; ++i) {
+            uint16_t want = bf ? amp_f32_to_bf16(x[i]) : amp_f32_to_f16(x[i]);
+            if (isnan(x[i])) {
+                float back = bf ? amp_bf16_to_f32(out[i]) : amp_f16_to_f32(out[i]);
+                nan_ok += isnan(back) != 0;
+                nan_in += 1;
+                continue;
+            }
+            bad += out[i] != want;
+        }
+        CHECK(bad == 0, "%s intrinsic vs half.h, non-NaN inputs: %zu differ",
+              bf ? "__float2bfloat16_rn" : "__float2half_rn", bad);
+        CHECK(nan_ok == nan_in, "%s intrinsic: every NaN input gives a NaN (%zu of %zu)",
+              bf ? "__float2bfloat16_rn" : "__float2half_rn", nan_ok, nan_in);
+    }
+    cudaFree(dxx);
+    cudaFree(dout);
+}
+
+/* Tensors of awkward sizes around the chunk length; inf/NaN injected. */
+static void unscale_check(void)
+{
+    const size_t sizes[] = {1, 1000, AMP_MT_CHUNK, AMP_MT_CHUNK + 1, 100000};
+    const int nt = 5;
+    std::vector<std::vector<float>> host(nt);
+    std::vector<amp_span> spans(nt);
+    srand(3);
+    const float S = 65536.0f;
+    for (int k = 0; k < nt; ++k) {
+        host[k].resize(sizes[k]);
+        for (size_t i = 0; i < sizes[k]; ++i)
+            host[k][i] = ((float)rand() / RAND_MAX - 0.5f) * S * (i % 7 == 0 ? 1e-30f : 1.0f);
+        spans[k].x = dev<float>(sizes[k]);
+        spans[k].y = dev<float>(sizes[k]);
+        spans[k].n = sizes[k];
+    }
+    amp_mt_table t;
+    char err[256];
+    if (amp_mt_table_create(&t, spans.data(), nt, err, sizeof err)) {
+        printf("FAIL: table: %s\n", err);
+        exit(1);
+    }
+    float *factor = dev<float>(1);
+    unsigned int *found = dev<unsigned int>(1);
+    float inv = amp_inv_scale(S);
+    CUDA(cudaMemcpy(factor, &inv, 4, cudaMemcpyHostToDevice));
+    /* case A: inf in tensor 1, NaN in tensor 3 (last element: the chunk tail) */
+    for (int c = 0; c < 3; ++c) {
+        std::vector<std::vector<float>> in = host;
+        const char *what = "all finite";
+        unsigned int want = 0;
+        if (c == 1) {
+            in[1][500] = INFINITY;
+            in[3][sizes[3] - 1] = NAN;
+            want = 4;
+            what = "inf in tensor 1, NaN in tensor 3's last element";
+        } else if (c == 2) {
+            in[0][0] = -INFINITY;
+            want = 1;
+            what = "-inf in tensor 0 only";
+        }
+        for (int k = 0; k < nt; ++k)
+            CUDA(cudaMemcpy(spans[k].x, in[k].data(), sizes[k] * 4, cudaMemcpyHostToDevice));
+        CUDA(cudaMemset(found, 0, 4));
+        LAUNCH(amp_cuda_unscale_check(&t, factor, found, 0, ERR));
+        unsigned int flag;
+        CUDA(cudaMemcpy(&flag, found, 4, cudaMemcpyDeviceToHost));
+        size_t bad = 0;
+        for (int k = 0; k < nt; ++k) {
+            std::vector<float> got(sizes[k]);
+            CUDA(cudaMemcpy(got.data(), spans[k].x, sizes[k] * 4, cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < sizes[k]; ++i) {
+                float ref = in[k][i];
+                amp_unscale_check(&ref, inv);
+                bad += amp_f32_bits(got[i]) != amp_f32_bits(ref) && !(isnan(ref) && isnan(got[i]));
+            }
+        }
+        CHECK(flag == want && bad == 0, "unscale+check, %s: flag %u (want %u), %zu elements differ "
+              "from the host's amp_unscale_check", what, flag, want, bad);
+    }
+
+    /* Batch start: y = x, x *= scale; batch_scale and inv_scale fixed. */
+    amp_gpu_state st;
+    memset(&st, 0, sizeof st);
+    st.st.scale = 1024.0f;
+    amp_gpu_state *dst = dev<amp_gpu_state>(1);
+    CUDA(cudaMemcpy(dst, &st, sizeof st, cudaMemcpyHostToDevice));
+    for (int k = 0; k < nt; ++k)
+        CUDA(cudaMemcpy(spans[k].x, host[k].data(), sizes[k] * 4, cudaMemcpyHostToDevice));
+    LAUNCH(amp_cuda_begin_batch(&t, dst, 0, ERR));
+    CUDA(cudaMemcpy(&st, dst, sizeof st, cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    for (int k = 0; k < nt; ++k) {
+        std::vector<float> gx(sizes[k]), gy(sizes[k]);
+        CUDA(cudaMemcpy(gx.data(), spans[k].x, sizes[k] * 4, cudaMemcpyDeviceToHost));
+        CUDA(cudaMemcpy(gy.data(), spans[k].y, sizes[k] * 4, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < sizes[k]; ++i)
+            bad += amp_f32_bits(gy[i]) != amp_f32_bits(host[k][i]) ||
+                   amp_f32_bits(gx[i]) != amp_f32_bits(host[k][i] * 1024.0f);
+    }
+    CHECK(bad == 0 && st.batch_scale == 1024.0f && st.inv_scale == 0x1p-10f,
+          "batch start: copy and x1024 exact (%zu differ), batch_scale %g, inv_scale %a", bad,
+          st.batch_scale, st.inv_scale);
+
+    /* Gated copies: flag 0 leaves x alone, flag 1 restores it from y. */
+    unsigned int zero = 0, one = 1;
+    CUDA(cudaMemcpy(found, &zero, 4, cudaMemcpyHostToDevice));
+    LAUNCH(amp_cuda_gated_copy(&t, found, 0, 0, ERR));
+    std::vector<float> g0(sizes[4]);
+    CUDA(cudaMemcpy(g0.data(), spans[4].x, sizes[4] * 4, cudaMemcpyDeviceToHost));
+    int untouched = amp_f32_bits(g0[9]) == amp_f32_bits(host[4][9] * 1024.0f);
+    CUDA(cudaMemcpy(found, &one, 4, cudaMemcpyHostToDevice));
+    LAUNCH(amp_cuda_gated_copy(&t, found, 0, 0, ERR));
+    bad = 0;
+    for (int k = 0; k < nt; ++k) {
+        std::vector<float> gx(sizes[k]);
+        CUDA(cudaMemcpy(gx.data(), spans[k].x, sizes[k] * 4, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < sizes[k]; ++i) bad += amp_f32_bits(gx[i]) != amp_f32_bits(host[k][i]);
+    }
+    CHECK(untouched && bad == 0, "gated copy: flag 0 changes nothing (%s), flag 1 restores every "
+          "tensor (%zu differ)", untouched ? "yes" : "no", bad);
+    amp_mt_table_free(&t);
+    cudaFree(dst);
+}
+
+/* The device's decisions against amp_scale_update on the host. */
+static void scale_trace(void)
+{
+    amp_scale_params p = {2.0f, 0.5f, 1.0f, 65536.0f, 3, 2, 1};
+    const char *flags = "..x.xx.......xxxxxx...........x.xx";
+    amp_gpu_state st;
+    memset(&st, 0, sizeof st);
+    amp_scale_state host;
+    amp_scale_state_init(&host, &p, 1024.0f);
+    st.st = host;
+    amp_gpu_state *d = dev<amp_gpu_state>(1);
+    CUDA(cudaMemcpy(d, &st, sizeof st, cudaMemcpyHostToDevice));
+    size_t bad = 0, n = strlen(flags);
+    printf("scale trace (growth every 3, hysteresis 2, within [1, 65536]), steps %s:\n ", flags);
+    for (size_t i = 0; i < n; ++i) {
+        unsigned int f = flags[i] == 'x' ? 7u : 0u;
+        CUDA(cudaMemcpy(&d->found, &f, 4, cudaMemcpyHostToDevice));
+        LAUNCH(amp_cuda_decide(d, p, 1, 0, ERR));
+        CUDA(cudaMemcpy(&st, d, sizeof st, cudaMemcpyDeviceToHost));
+        amp_scale_update(&host, &p, f != 0);
+        printf(" %g", st.st.scale);
+        bad += st.st.scale != host.scale || st.st.growth_tracker != host.growth_tracker ||
+               st.st.hysteresis_left != host.hysteresis_left ||
+               st.st.consecutive_skips != host.consecutive_skips || st.st.steps != host.steps ||
+               st.st.skips != host.skips || st.skipped != (f != 0) || st.seq != i + 1;
+    }
+    printf("\n");
+    CHECK(bad == 0, "device decisions equal the host rule at every one of %zu steps (%zu differ); "
+          "final scale %g, %llu skipped", n, bad, st.st.scale, st.st.skips);
+    cudaFree(d);
+}
+
+int main(void)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        printf("SKIP: no usable CUDA device\n");
+        return 77;
+    }
+    conversions();
+    unscale_check();
+    scale_trace();
+    printf("%s: %d failed checks\n", failures ? "FAIL" : "PASS", failures);
+    return failures != 0;
+}

@@ -1,0 +1,56 @@
+/* LD_PRELOAD shim for the host-synchronisation test: counts the CUDA runtime
+ * calls that block the host (device/stream/event synchronisation, cudaMemcpy,
+ * cudaFree) and forwards each to the real runtime. At exit it writes
+ * "name count" lines to $SYNC_COUNT_OUT. */
+#define _GNU_SOURCE
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static unsigned long n_device, n_stream, n_event, n_memcpy, n_free;
+
+#define FORWARD(name, ...)                                                  \
+    static __typeof__(&name) real_;                                         \
+    if (!real_) real_ = (__typeof__(&name))dlsym(RTLD_NEXT, #name);         \
+    return real_(__VA_ARGS__)
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+    n_device++;
+    FORWARD(cudaDeviceSynchronize);
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    n_stream++;
+    FORWARD(cudaStreamSynchronize, s);
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    n_event++;
+    FORWARD(cudaEventSynchronize, e);
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+{
+    n_memcpy++;
+    FORWARD(cudaMemcpy, dst, src, count, kind);
+}
+
+cudaError_t cudaFree(void *p)
+{
+    n_free++;
+    FORWARD(cudaFree, p);
+}
+
+__attribute__((destructor)) static void report(void)
+{
+    const char *path = getenv("SYNC_COUNT_OUT");
+    FILE *f = path ? fopen(path, "w") : NULL;
+    if (!f) return;
+    fprintf(f, "cudaDeviceSynchronize %lu\ncudaStreamSynchronize %lu\ncudaEventSynchronize %lu\n"
+               "cudaMemcpy %lu\ncudaFree %lu\n", n_device, n_stream, n_event, n_memcpy, n_free);
+    fclose(f);
+}

@@ -70,6 +70,12 @@ int amp_cuda_from_half(const uint16_t *h, float *x, size_t n, amp_dtype dtype,
 int amp_cuda_add_half(const uint16_t *h, float *y, size_t n, amp_dtype dtype, cudaStream_t stream,
                       char *err, size_t errlen);
 
+/* x = float(half(x)) in place; y += float(half(x)). */
+int amp_cuda_round(float *x, size_t n, amp_dtype dtype, cudaStream_t stream, char *err,
+                   size_t errlen);
+int amp_cuda_add_rounded(const float *x, float *y, size_t n, amp_dtype dtype, cudaStream_t stream,
+                         char *err, size_t errlen);
+
 /* unscale.cu: x *= *factor over every span, one launch; with found != NULL,
  * atomicMax(found, 1 + span) for every span holding a non-finite result
  * (0 stays 0 when all are finite; never cleared by the kernel). */

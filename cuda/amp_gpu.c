@@ -26,6 +26,7 @@
 #include "amp_cuda.h"
 #include "cuda_check.h"
 #include "grad_math.h" /* amp_inv_scale */
+#include "half_gpu.h"
 #include "network.h"   /* get_layer_string */
 
 #include <stddef.h>
@@ -34,9 +35,13 @@
 #include <string.h>
 
 typedef struct amp_gpu_layer {
+    /* darknet's own, put back by detach */
     void (*forward_gpu)(struct layer, struct network);
     void (*backward_gpu)(struct layer, struct network);
     void (*update_gpu)(struct layer, update_args);
+    /* what runs: darknet's, or the half path (half_gpu.h) */
+    void (*run_forward)(struct layer, struct network);
+    void (*run_backward)(struct layer, struct network);
     int wrapped;
 } amp_gpu_layer;
 
@@ -50,6 +55,7 @@ struct amp_gpu_net {
     float *saved, *param_saved;
     float **grads;          /* per an->tensors entry: its device gradient */
     amp_gpu_layer *layers;
+    amp_gpu_half_ctx *half;  /* scratch shared by the half layers */
     int last_update;        /* the highest index of a layer with update_gpu */
     int managed;            /* the step under way was scaled and decided */
 };
@@ -67,6 +73,11 @@ static void fail(amp_net *an, const char *msg)
     if (an->error[0]) return;
     snprintf(an->error, sizeof an->error, "amp: GPU: %s", msg);
     fprintf(stderr, "%s\n", an->error);
+}
+
+void amp_gpu_fail(amp_net *an, const char *msg)
+{
+    fail(an, msg);
 }
 
 static void describe(const amp_net *an, int k, char *out, size_t size)
@@ -233,7 +244,7 @@ static void wrap_forward_gpu(layer l, network net)
         if (an->phase == AMP_PHASE_UNSCALED) rescale(an);
         else begin_batch(an);
     }
-    g->layers[al->index].forward_gpu(l, net);
+    g->layers[al->index].run_forward(l, net);
     char err[256];
     if (net.train && l.delta_gpu &&
         amp_cuda_scale_delta(l.delta_gpu, (size_t)l.outputs * l.batch, g->dev, stream_of(an), err,
@@ -248,7 +259,7 @@ static void wrap_backward_gpu(layer l, network net)
     amp_gpu_poll(an, 0); /* the last step's state, before this batch's update */
     if (an->phase == AMP_PHASE_UNSCALED) rescale(an);
     else if (an->phase != AMP_PHASE_ACCUMULATING) begin_batch(an);
-    an->gpu->layers[al->index].backward_gpu(l, net);
+    an->gpu->layers[al->index].run_backward(l, net);
 }
 
 static void wrap_update_gpu(layer l, update_args a)
@@ -449,14 +460,32 @@ amp_status amp_gpu_attach(amp_net *an, char *err, size_t errlen)
         al->orig_backward = al->backward = l->backward;
         al->orig_update = al->update = l->update;
         al->wrapped = 0; /* the CPU pointers stay darknet's */
-        al->precision = amp_policy(l, s->opt.dtype, al->half_allowed);
-        if (al->precision == AMP_PRECISION_HALF) al->precision = AMP_PRECISION_FALLBACK;
-        gl->forward_gpu = l->forward_gpu;
-        gl->backward_gpu = l->backward_gpu;
+        gl->run_forward = gl->forward_gpu = l->forward_gpu;
+        gl->run_backward = gl->backward_gpu = l->backward_gpu;
         gl->update_gpu = l->update_gpu;
+        al->precision = amp_policy(l, s->opt.dtype, al->half_allowed);
+        if (al->precision == AMP_PRECISION_HALF && l->forward_gpu && l->backward_gpu) {
+            char why[384];
+            if (!g->half && !(g->half = amp_gpu_half_ctx_new())) {
+                amp_errorf(err, errlen, "amp: out of memory attaching to %s", an->cfgfile);
+                st = AMP_ERR_NOMEM;
+                goto fail;
+            }
+            if (!amp_gpu_half_install(al, l, g->half, &gl->run_forward, &gl->run_backward, why,
+                                      sizeof why)) {
+                al->precision = AMP_PRECISION_FALLBACK;
+                if (l->type == CONVOLUTIONAL || l->type == CONNECTED)
+                    fprintf(stderr, "amp: layer %d [%s]: float32 on the GPU: %s\n", i,
+                            get_layer_string(l->type), why);
+            }
+        } else if (al->precision == AMP_PRECISION_HALF) {
+            al->precision = AMP_PRECISION_FALLBACK;
+        }
         int params = l->update_gpu != NULL;
         if (l->cost && l->forward_gpu) l->forward_gpu = wrap_forward_gpu;
+        else if (gl->run_forward != gl->forward_gpu) l->forward_gpu = gl->run_forward;
         if ((params || l->cost) && l->backward_gpu) l->backward_gpu = wrap_backward_gpu;
+        else if (gl->run_backward != gl->backward_gpu) l->backward_gpu = gl->run_backward;
         if (params) l->update_gpu = wrap_update_gpu;
         if (params && an->first_update < 0) an->first_update = i;
         if (params) g->last_update = i;
@@ -486,6 +515,7 @@ void amp_gpu_detach(amp_net *an)
     if (net && g->layers)
         for (int i = 0; i < net->n; ++i) {
             amp_gpu_layer *gl = &g->layers[i];
+            amp_gpu_half_free(&an->layers[i]);
             if (!gl->wrapped) continue;
             net->layers[i].forward_gpu = gl->forward_gpu;
             net->layers[i].backward_gpu = gl->backward_gpu;
@@ -493,6 +523,7 @@ void amp_gpu_detach(amp_net *an)
             net->layers[i].hook_data = NULL;
         }
     cudaDeviceSynchronize(); /* nothing of ours in flight when freed */
+    amp_gpu_half_ctx_free(g->half);
     amp_mt_table_free(&g->hist);
     amp_mt_table_free(&g->params);
     cudaFree(g->saved);

@@ -24,6 +24,19 @@ static __global__ void from_half_kernel(const uint16_t *h, float *x, size_t n, i
     }
 }
 
+/* x rounded to the half dtype and back, in place (add = 0), or added to y
+ * (add = 1): the rounding point of a half GEMM's result written in float32
+ * first, so that cuBLAS reduces in float32 whatever its split-K does. */
+static __global__ void round_kernel(const float *x, float *y, size_t n, int bf16, int add)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = bf16 ? amp_bf16_to_f32(amp_f32_to_bf16(x[i]))
+                       : amp_f16_to_f32(amp_f32_to_f16(x[i]));
+        y[i] = add ? __fadd_rn(y[i], v) : v;
+    }
+}
+
 static unsigned int blocks_for(size_t n)
 {
     size_t b = (n + 255) / 256;
@@ -51,5 +64,21 @@ extern "C" int amp_cuda_add_half(const uint16_t *h, float *y, size_t n, amp_dtyp
 {
     if (!n) return 0;
     from_half_kernel<<<blocks_for(n), 256, 0, stream>>>(h, y, n, dtype == AMP_DTYPE_BFLOAT16, 1);
+    return AMP_CUDA_LAUNCHED(err, errlen);
+}
+
+extern "C" int amp_cuda_round(float *x, size_t n, amp_dtype dtype, cudaStream_t stream,
+                              char *err, size_t errlen)
+{
+    if (!n) return 0;
+    round_kernel<<<blocks_for(n), 256, 0, stream>>>(x, x, n, dtype == AMP_DTYPE_BFLOAT16, 0);
+    return AMP_CUDA_LAUNCHED(err, errlen);
+}
+
+extern "C" int amp_cuda_add_rounded(const float *x, float *y, size_t n, amp_dtype dtype,
+                                    cudaStream_t stream, char *err, size_t errlen)
+{
+    if (!n) return 0;
+    round_kernel<<<blocks_for(n), 256, 0, stream>>>(x, y, n, dtype == AMP_DTYPE_BFLOAT16, 1);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }

@@ -40,11 +40,14 @@ typedef enum amp_precision {
     AMP_PRECISION_COUNT
 } amp_precision;
 
-/* What runs a half layer's GEMM/convolution on the CPU. */
+/* What runs a half layer's GEMM/convolution. */
 typedef enum amp_backend {
     AMP_BACKEND_DARKNET,  /* darknet's own float32 code */
     AMP_BACKEND_EMULATED, /* cpu_half.c: darknet's GEMM on half-rounded values */
-    AMP_BACKEND_ONEDNN    /* cpu_onednn.c: oneDNN primitives in the half dtype */
+    AMP_BACKEND_ONEDNN,   /* cpu_onednn.c: oneDNN primitives in the half dtype */
+    AMP_BACKEND_CUDNN,    /* cuda/half_conv.c: cuDNN with half tensors */
+    AMP_BACKEND_CUBLAS,   /* cuda/half_gemm.c: cublasGemmEx with half inputs */
+    AMP_BACKEND_COUNT
 } amp_backend;
 
 /* DARKNET_AMP_CPU: which backend half layers get (docs/cfg.md). */
@@ -56,6 +59,7 @@ typedef enum amp_cpu_path {
 
 struct amp_dnnl_conv;
 struct amp_dnnl_ctx;
+struct amp_gpu_half;
 
 /* DARKNET_AMP_PROFILE=1: time spent in one half layer (profile.c). */
 typedef struct amp_layer_profile {
@@ -95,6 +99,7 @@ typedef struct amp_layer {
     unsigned long wq_version;
     amp_backend backend;
     struct amp_dnnl_conv *dnnl; /* oneDNN primitives and buffers (cpu_onednn.c) */
+    struct amp_gpu_half *gpu_half; /* half execution on the GPU (cuda/half_gpu.h) */
     amp_layer_profile prof;
 } amp_layer;
 

@@ -46,7 +46,10 @@ static const char *precision_name(amp_precision p, amp_backend b, amp_dtype dtyp
     switch (p) {
     case AMP_PRECISION_HALF:
         snprintf(buf, n, "%s (%s)", amp_dtype_name(dtype),
-                 b == AMP_BACKEND_ONEDNN ? "oneDNN" : "emulated");
+                 b == AMP_BACKEND_ONEDNN  ? "oneDNN"
+                 : b == AMP_BACKEND_CUDNN  ? "cuDNN"
+                 : b == AMP_BACKEND_CUBLAS ? "cuBLAS"
+                                           : "emulated");
         return buf;
     case AMP_PRECISION_OFF: return "float32 (amp=0)";
     case AMP_PRECISION_FALLBACK: return "float32 (no half path yet)";
@@ -57,7 +60,8 @@ static const char *precision_name(amp_precision p, amp_backend b, amp_dtype dtyp
 /* What a layer runs in: its precision and, for half layers, the backend. */
 static int kind(const amp_layer *al)
 {
-    return (int)al->precision * 3 + (al->precision == AMP_PRECISION_HALF ? (int)al->backend : 0);
+    return (int)al->precision * AMP_BACKEND_COUNT +
+           (al->precision == AMP_PRECISION_HALF ? (int)al->backend : 0);
 }
 
 /* One line per precision and backend: the layer indices, runs collapsed
@@ -66,7 +70,7 @@ void amp_policy_print(const amp_net *an, FILE *out)
 {
     const network *net = an->net;
     const amp_dtype dtype = an->scaler->opt.dtype;
-    for (int p = 0; p < AMP_PRECISION_COUNT * 3; ++p) {
+    for (int p = 0; p < AMP_PRECISION_COUNT * AMP_BACKEND_COUNT; ++p) {
         char line[1024] = "", name[64];
         size_t len = 0;
         int count = 0;
@@ -82,8 +86,8 @@ void amp_policy_print(const amp_net *an, FILE *out)
         }
         if (count)
             fprintf(out, "amp:   %-28s %3d layers: %s\n",
-                    precision_name((amp_precision)(p / 3), (amp_backend)(p % 3), dtype, name,
-                                   sizeof name),
+                    precision_name((amp_precision)(p / AMP_BACKEND_COUNT),
+                                   (amp_backend)(p % AMP_BACKEND_COUNT), dtype, name, sizeof name),
                     count, line);
     }
 }

@@ -1,0 +1,57 @@
+/* The decisions of the GPU half path that need no device, as plain C (no
+ * CUDA types), so that the host tests exercise them (tests/plugin/
+ * gpu_plan_test.c): a convolution's dimensions as cuDNN is given them, the
+ * choice among cuDNN's ranked algorithms, and darknet's row-major GEMM
+ * written as the column-major call cuBLAS takes.
+ */
+#ifndef AMP_GPU_PLAN_H
+#define AMP_GPU_PLAN_H
+
+#include <stddef.h>
+
+/* The largest workspace one half convolution may ask for: darknet's own
+ * per-layer cap for its float32 algorithms (patch 0001), so the half path
+ * never needs more than darknet already allows itself. */
+#define AMP_GPU_WORKSPACE_LIMIT ((size_t)2000000000)
+
+/* NCHW input, KCRS filter (C = channels per group), NCHW output. */
+typedef struct amp_conv_dims {
+    int n, c, h, w;       /* input */
+    int k, cg, size;      /* filters, channels per group, window */
+    int stride, pad, groups;
+    int out_h, out_w;
+} amp_conv_dims;
+
+/* Fills d from darknet's convolutional layer fields and checks that cuDNN
+ * can express the layer as darknet computes it: groups divide channels and
+ * filters, the output size is cuDNN's ((h + 2 pad - size) / stride + 1,
+ * which is darknet's), every tensor's element count fits an int (cuDNN's 4-d
+ * descriptors). 0, or 1 with the reason in why. */
+int amp_conv_dims_make(int batch, int c, int h, int w, int filters, int size, int stride, int pad,
+                       int groups, int out_h, int out_w, amp_conv_dims *d, char *why,
+                       size_t whylen);
+
+/* One of cuDNN's ranked candidates (cudnnGet*Algorithm_v7 results). */
+typedef struct amp_algo_candidate {
+    int algo;
+    int ok;         /* status == CUDNN_STATUS_SUCCESS */
+    size_t memory;  /* workspace bytes */
+} amp_algo_candidate;
+
+/* The index of the first candidate (they come fastest first) that cuDNN
+ * supports and whose workspace is at most limit; -1 if none. */
+int amp_algo_pick(const amp_algo_candidate *c, int n, size_t limit);
+
+/* darknet's gemm_gpu(TA, TB, M, N, K, A, lda, B, ldb, C, ldc) is row-major:
+ * C (M x N) = op(A) op(B). cuBLAS is column-major, where the same memory
+ * holds C^T = op(B)^T op(A)^T: the call takes B first. */
+typedef struct amp_gemm_call {
+    int trans_first, trans_second; /* cuBLAS opA, opB: transposed or not */
+    int m, n, k;
+    int first_is_b;                /* always 1: the first operand is darknet's B */
+    int ld_first, ld_second, ldc;
+} amp_gemm_call;
+
+amp_gemm_call amp_gemm_colmajor(int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc);
+
+#endif

@@ -5,8 +5,10 @@
 # parity: 20 iterations of the embedded detector on GPU 0. amp_dtype=float32
 # against FP32 bit for bit when darknet's own GPU run is repeatable (two FP32
 # runs equal), else within 1e-3 (cuDNN's non-deterministic algorithms); float16
-# and bfloat16 within 5% at every iteration. bfloat16 on a GPU below compute
-# capability 8.0 must be refused with a message naming the GPU instead.
+# and bfloat16 (their convolutions in half through cuDNN, which each run's
+# precision table must say) within 5% at every iteration. bfloat16 on a GPU
+# below compute capability 8.0 must be refused with a message naming the GPU
+# instead.
 # syncs: blocking CUDA calls per training step (LD_PRELOAD counting shim),
 # from runs of 3 and 8 iterations: AMP must add none to darknet's own.
 set -eu
@@ -31,12 +33,20 @@ if [ "$mode" = parity ]; then
     COMPARE_OUT="$out/f32" COMPARE_B_ARGS="--cfg $amp32" sh "$compare" fp32 "$driver" amp_float32 "$driver" $tol -- --cfg "$fp32" $args || fail=1
     # shellcheck disable=SC2086
     COMPARE_OUT="$out/f16" COMPARE_B_ARGS="--cfg $fp16" sh "$compare" fp32 "$driver" amp_float16 "$driver" 0.05 -- --cfg "$fp32" $args || fail=1
+    if grep -q "float16 (cuDNN)" "$out/f16/amp_float16.err"; then
+        grep "float16 (cuDNN)" "$out/f16/amp_float16.err"
+    else
+        echo "FAIL: the float16 run ran no convolution through cuDNN in half:"
+        grep "amp: " "$out/f16/amp_float16.err" | head -n 12; fail=1
+    fi
     # shellcheck disable=SC2086
     if COMPARE_OUT="$out/bf16" COMPARE_B_ARGS="--cfg $bf16" sh "$compare" fp32 "$driver" amp_bfloat16 "$driver" 0.05 -- --cfg "$fp32" $args > "$out/bf16.txt" 2>&1; then
         cat "$out/bf16.txt"
         if grep -q "needs a GPU of compute capability 8.0" "$out/bf16/amp_bfloat16.err" 2>/dev/null; then
             echo "FAIL: bfloat16 trained although refused"; fail=1
         fi
+        grep -q "bfloat16 (cuDNN)" "$out/bf16/amp_bfloat16.err" ||
+            { echo "FAIL: the bfloat16 run ran no convolution through cuDNN in half"; fail=1; }
     elif grep -q "amp_dtype=bfloat16 needs a GPU of compute capability 8.0 or newer; GPU 0 (" "$out/bf16/amp_bfloat16.err"; then
         echo "ok: bfloat16 refused on this GPU:"; grep "bfloat16 needs" "$out/bf16/amp_bfloat16.err"
     else

@@ -270,6 +270,45 @@ static void scale_trace(void)
     cudaFree(d);
 }
 
+/* The rounding kernels of the half GEMMs (amp_cuda_round, amp_cuda_add_rounded)
+ * against half.h on the host, with values around every rounding case: exact,
+ * ties, subnormal, overflow, NaN. */
+static void rounding(void)
+{
+    const size_t n = 1 << 20;
+    std::vector<float> x(n), y(n), got(n);
+    srand(5);
+    for (size_t i = 0; i < n; ++i) {
+        uint32_t u = ((uint32_t)rand() << 16) ^ (uint32_t)rand();
+        x[i] = amp_f32_from_bits(u);          /* any pattern, NaNs included */
+        y[i] = (float)(rand() % 2001 - 1000) / 64;
+    }
+    float *dx = dev<float>(n), *dy = dev<float>(n);
+    for (int bf = 0; bf < 2; ++bf) {
+        amp_dtype dt = bf ? AMP_DTYPE_BFLOAT16 : AMP_DTYPE_FLOAT16;
+        for (int add = 0; add < 2; ++add) {
+            CUDA(cudaMemcpy(dx, x.data(), n * 4, cudaMemcpyHostToDevice));
+            CUDA(cudaMemcpy(dy, y.data(), n * 4, cudaMemcpyHostToDevice));
+            if (add) LAUNCH(amp_cuda_add_rounded(dx, dy, n, dt, 0, ERR));
+            else LAUNCH(amp_cuda_round(dx, n, dt, 0, ERR));
+            CUDA(cudaMemcpy(got.data(), add ? dy : dx, n * 4, cudaMemcpyDeviceToHost));
+            size_t bad = 0;
+            for (size_t i = 0; i < n; ++i) {
+                float r = bf ? amp_bf16_to_f32(amp_f32_to_bf16(x[i]))
+                             : amp_f16_to_f32(amp_f32_to_f16(x[i]));
+                float want = add ? y[i] + r : r;
+                int same = amp_f32_bits(got[i]) == amp_f32_bits(want) ||
+                           (want != want && got[i] != got[i]);
+                bad += !same;
+            }
+            CHECK(bad == 0, "%s on the device, %s, %zu patterns: %zu differ from half.h",
+                  add ? "y += round(x)" : "x = round(x)", bf ? "bfloat16" : "float16", n, bad);
+        }
+    }
+    cudaFree(dx);
+    cudaFree(dy);
+}
+
 int main(void)
 {
     int ndev = 0;
@@ -278,6 +317,7 @@ int main(void)
         return 77;
     }
     conversions();
+    rounding();
     unscale_check();
     scale_trace();
     printf("%s: %d failed checks\n", failures ? "FAIL" : "PASS", failures);

@@ -273,6 +273,7 @@ static void wrap_update_gpu(layer l, update_args a)
         } else { /* no scaled batch pending: darknet's own update */
             an->phase = AMP_PHASE_IDLE;
             g->managed = 0;
+            an->weights_version += 1; /* it moves the weights all the same */
         }
     }
     g->layers[al->index].update_gpu(l, a);

@@ -36,7 +36,7 @@ typedef enum amp_precision {
     AMP_PRECISION_HALF,     /* the half dtype */
     AMP_PRECISION_FP32,     /* float32 by the policy (or amp_dtype=float32) */
     AMP_PRECISION_OFF,      /* float32 by the cfg's amp=0 */
-    AMP_PRECISION_FALLBACK, /* half by the policy, no half path yet: float32 */
+    AMP_PRECISION_FALLBACK, /* half by the policy, no half path for it here: float32 */
     AMP_PRECISION_COUNT
 } amp_precision;
 
@@ -101,6 +101,18 @@ typedef struct amp_layer {
     struct amp_dnnl_conv *dnnl; /* oneDNN primitives and buffers (cpu_onednn.c) */
     struct amp_gpu_half *gpu_half; /* half execution on the GPU (cuda/half_gpu.h) */
     amp_layer_profile prof;
+    /* A recurrent layer (rnn, gru, lstm, crnn) runs its GEMMs in its
+     * sub-layers, which darknet calls through their own pointers (patch
+     * 0008): one record per sub-layer, installed on it as on a layer. */
+    struct amp_layer *subs;
+    int nsubs;
+    /* In a sub-layer's record: the sub-layer, and its name ("uz"). Its
+     * orig_forward/orig_backward are the sub-layer's pointers it replaced
+     * (the _gpu ones on a GPU network). A sub-layer runs once per time step
+     * with a new input, so its backward rounds its input again instead of
+     * keeping the forward's. */
+    layer *sub;
+    const char *sub_name;
 } amp_layer;
 
 typedef enum amp_phase {
@@ -166,6 +178,18 @@ amp_net *amp_net_of(const network *net);
 amp_net *amp_net_new(network *net);
 amp_status amp_net_attach(amp_net *an, amp_scaler *s, char *err, size_t errlen);
 void amp_net_free(amp_net *an);
+/* The sub-layers of a recurrent layer, with their names ("uz", "input"):
+ * their count, 0 for other types. */
+#define AMP_MAX_SUBLAYERS 8
+int amp_sublayers(const layer *l, layer **subs, const char **names);
+/* Installs half execution on every sub-layer of the recurrent layer l
+ * (amp_layer.subs) with install(), on the CPU pointers or (gpu) the _gpu
+ * ones; 1, or 0 with why and nothing changed. amp_subs_free puts the
+ * sub-layers' pointers back and frees the records, each with free_one. */
+typedef int (*amp_sub_install_fn)(amp_layer *sa, layer *sub, void *ctx, char *why, size_t whylen);
+int amp_subs_install(amp_layer *al, layer *l, int gpu, amp_sub_install_fn install,
+                     void (*free_one)(amp_layer *), void *ctx, char *why, size_t whylen);
+void amp_subs_free(amp_layer *al, int gpu, void (*free_one)(amp_layer *));
 /* policy.c */
 amp_precision amp_policy(const layer *l, amp_dtype dtype, int half_allowed);
 void amp_policy_print(const amp_net *an, FILE *out);

@@ -1,4 +1,5 @@
-/* Half-precision convolutional and connected layers on the CPU, emulated with
+/* Half-precision convolutional, deconvolutional, connected and locally
+ * connected layers (and the sub-layers of recurrent ones) on the CPU, emulated with
  * the numerics of a GPU's half GEMM/convolution: inputs and weights rounded to
  * the half type, products and sums in float32 (a float16 or bfloat16 product
  * is exact in float32), and half storage of what the GPU would store in half:
@@ -23,6 +24,7 @@
 #include "convolutional_layer.h"
 #include "gemm.h"
 #include "im2col.h"
+#include "network.h" /* get_layer_string */
 
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +74,14 @@ static float *half_copy(amp_buffer *b, const float *src, size_t n, amp_dtype dty
     memcpy(p, src, n * sizeof(float));
     round_half(dtype, p, n);
     return p;
+}
+
+/* The layer's input rounded to half, for its backward: what its forward
+ * rounded, or for a recurrent layer's sub-layer (called once per time step,
+ * each with its own input) the input of this step, rounded again. */
+static const float *rounded_input(amp_layer *al, network net, size_t n, amp_dtype dtype)
+{
+    return al->sub ? half_copy(&al->xq, net.input, n, dtype) : al->xq.data;
 }
 
 /* The float32 tail of a half layer's forward: its GEMM output stored in
@@ -156,7 +166,7 @@ void amp_emulated_conv_backward(layer l, network net)
     float *dy = half_copy(&al->dq, l.delta, nout, dtype);
     count_flushed(al->owner, l.delta, dy, nout);
     const float *w = half_weights(al, &l, l.nweights, dtype);
-    const float *x = al->xq.data; /* this layer's forward just rounded its input */
+    const float *x = rounded_input(al, net, (size_t)l.inputs * l.batch, dtype);
     float *dw = zeroed(&al->tmp, l.nweights);
 
     for (int i = 0; i < l.batch; ++i) {
@@ -187,6 +197,65 @@ void amp_emulated_conv_backward(layer l, network net)
                     (double)l.batch * l.groups * m * n * k * (net.delta ? 2 : 1));
 }
 
+/* A deconvolution (transposed convolution), darknet's way: per image, the
+ * GEMM of the transposed weights with the input gives columns that col2im
+ * scatters and sums into the output, all in float32; the output is stored in
+ * half once, after the scatter, as a GPU's half deconvolution (float32
+ * accumulation, half output) stores it. */
+static void deconv_forward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    amp_dtype dtype = al->owner->scaler->opt.dtype;
+    double t0 = al->owner->profile ? amp_clock() : 0;
+    const int m = l.size * l.size * l.n, n = l.h * l.w, k = l.c;
+    float *x = half_copy(&al->xq, net.input, (size_t)l.inputs * l.batch, dtype);
+    const float *w = half_weights(al, &l, l.nweights, dtype);
+    fill_cpu(l.outputs * l.batch, 0, l.output, 1);
+    for (int i = 0; i < l.batch; ++i) {
+        gemm(1, 0, m, n, k, 1, (float *)w, m, x + (size_t)i * k * n, n, 0, net.workspace, n);
+        col2im_cpu(net.workspace, l.out_c, l.out_h, l.out_w, l.size, l.stride, l.pad,
+                   l.output + (size_t)i * l.outputs);
+    }
+    double t1 = al->owner->profile ? amp_clock() : 0;
+    finish_forward(l, net, dtype, l.n, l.out_h * l.out_w);
+    if (al->owner->profile) profile_add(al, 0, t0, t1 - t0, (double)l.batch * m * n * k);
+}
+
+/* Its gradients: the incoming gradient rounded to half and laid out as
+ * columns (im2col of half values is exact), then the weight gradient summed
+ * over the batch and the data gradient per image in float32, each stored in
+ * half and added (darknet's weight_updates, net.delta). */
+static void deconv_backward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    amp_dtype dtype = al->owner->scaler->opt.dtype;
+    const int c = l.c, hw = l.h * l.w, kk = l.size * l.size * l.n;
+    const size_t nout = (size_t)l.outputs * l.batch, chw = (size_t)c * hw;
+    double t0 = al->owner->profile ? amp_clock() : 0;
+
+    amp_tail_backward(l, net, l.n, l.out_h * l.out_w);
+    double t1 = al->owner->profile ? amp_clock() : 0;
+
+    float *dy = half_copy(&al->dq, l.delta, nout, dtype);
+    count_flushed(al->owner, l.delta, dy, nout);
+    const float *w = half_weights(al, &l, l.nweights, dtype);
+    const float *x = rounded_input(al, net, (size_t)l.inputs * l.batch, dtype);
+    float *dw = zeroed(&al->tmp, l.nweights);
+    float *dx = net.delta ? reserve(&al->gx, chw) : NULL;
+    for (int i = 0; i < l.batch; ++i) {
+        float *col = net.workspace;
+        im2col_cpu(dy + (size_t)i * l.outputs, l.out_c, l.out_h, l.out_w, l.size, l.stride, l.pad,
+                   col);
+        gemm(0, 1, c, kk, hw, 1, (float *)x + (size_t)i * chw, hw, col, hw, 1, dw, kk);
+        if (!dx) continue;
+        gemm(0, 0, c, hw, kk, 1, (float *)w, kk, col, hw, 0, dx, hw);
+        add_half(dtype, dx, chw, net.delta + (size_t)i * chw);
+    }
+    add_half(dtype, dw, l.nweights, l.weight_updates);
+    if (al->owner->profile)
+        profile_add(al, 1, t0, amp_clock() - t1, (double)l.batch * c * hw * kk * (dx ? 2 : 1));
+}
+
 static void connected_forward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
@@ -213,8 +282,9 @@ static void connected_backward(layer l, network net)
     count_flushed(al->owner, l.delta, dy, nout);
     const float *w = half_weights(al, &l, nw, dtype);
 
+    const float *x = rounded_input(al, net, (size_t)l.inputs * l.batch, dtype);
     float *dw = zeroed(&al->tmp, nw);
-    gemm(1, 0, l.outputs, l.inputs, l.batch, 1, dy, l.outputs, al->xq.data, l.inputs, 1, dw,
+    gemm(1, 0, l.outputs, l.inputs, l.batch, 1, dy, l.outputs, (float *)x, l.inputs, 1, dw,
          l.inputs);
     add_half(dtype, dw, nw, l.weight_updates);
     if (net.delta) {
@@ -267,9 +337,10 @@ static void local_backward(layer l, network net)
     float *dy = half_copy(&al->dq, l.delta, nout, dtype);
     count_flushed(al->owner, l.delta, dy, nout);
     const float *w = half_weights(al, &l, nw, dtype);
+    const float *x = rounded_input(al, net, (size_t)l.inputs * l.batch, dtype);
     float *dw = zeroed(&al->tmp, nw);
     for (int i = 0; i < l.batch; ++i) {
-        im2col_cpu(al->xq.data + (size_t)i * l.inputs, l.c, l.h, l.w, l.size, l.stride, l.pad,
+        im2col_cpu((float *)x + (size_t)i * l.inputs, l.c, l.h, l.w, l.size, l.stride, l.pad,
                    net.workspace);
         const float *d = dy + (size_t)i * l.outputs;
         for (int j = 0; j < locations; ++j)
@@ -286,10 +357,26 @@ static void local_backward(layer l, network net)
     add_half(dtype, dw, nw, l.weight_updates);
 }
 
+static int install_sub(amp_layer *sa, layer *sub, void *ctx, char *why, size_t whylen)
+{
+    (void)ctx;
+    if (amp_half_install(sa, sub)) return 1;
+    snprintf(why, whylen, "no half path for [%s]", get_layer_string(sub->type));
+    return 0;
+}
+
 int amp_half_install(amp_layer *al, layer *l)
 {
     const amp_net *an = al->owner;
     const amp_dtype dtype = an->scaler->opt.dtype;
+    if (l->type == RNN || l->type == GRU || l->type == LSTM || l->type == CRNN) {
+        char why[320];
+        if (amp_subs_install(al, l, 0, install_sub, amp_half_free, NULL, why, sizeof why))
+            return 1;
+        fprintf(stderr, "amp: layer %d [%s]: float32: %s\n", al->index,
+                get_layer_string(l->type), why);
+        return 0;
+    }
     if (l->type == CONVOLUTIONAL && an->cpu_path != AMP_CPU_EMULATE &&
         (dtype == AMP_DTYPE_BFLOAT16 || an->cpu_path == AMP_CPU_ONEDNN)) {
         char why[256];
@@ -301,6 +388,9 @@ int amp_half_install(amp_layer *al, layer *l)
     if (l->type == CONVOLUTIONAL) {
         al->forward = amp_emulated_conv_forward;
         al->backward = amp_emulated_conv_backward;
+    } else if (l->type == DECONVOLUTIONAL) {
+        al->forward = deconv_forward;
+        al->backward = deconv_backward;
     } else if (l->type == CONNECTED) {
         al->forward = connected_forward;
         al->backward = connected_backward;
@@ -316,6 +406,7 @@ int amp_half_install(amp_layer *al, layer *l)
 
 void amp_half_free(amp_layer *al)
 {
+    if (al->subs) amp_subs_free(al, 0, amp_half_free);
     amp_onednn_conv_free(al);
     amp_buffer *b[] = {&al->wq, &al->xq, &al->dq, &al->tmp, &al->gx};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) {

@@ -441,6 +441,10 @@ static void conv_backward(layer l, network net)
     set(&d->dy_user, l.delta);
     set(&d->dw_user, l.weight_updates);
     int ok = run_reorder(al, d->r_dy_bw, &d->dy_user, &d->dy_bw);
+    if (ok && al->sub) { /* a recurrent sub-layer: x holds the last time step's input */
+        set(&d->x_user, net.input);
+        ok = run_reorder(al, d->r_x, &d->x_user, &d->x);
+    }
     if (ok && d->r_x_bw) ok = run_reorder(al, d->r_x_bw, &d->x, &d->x_bw);
     dnnl_exec_arg_t w[3] = {{DNNL_ARG_SRC, d->x_bw.m}, {DNNL_ARG_DIFF_DST, d->dy_bw.m},
                             {DNNL_ARG_DIFF_WEIGHTS, d->dw.m}};

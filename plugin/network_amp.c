@@ -81,40 +81,136 @@ static int add_layer_tensors(amp_net *an, int index, const char *sub, const laye
     return 0;
 }
 
+int amp_sublayers(const layer *l, layer **subs, const char **names)
+{
+    static const char *const rnn[] = {"input", "self", "output"};
+    static const char *const gru[] = {"uz", "wz", "ur", "wr", "uh", "wh"};
+    static const char *const lstm[] = {"wf", "wi", "wg", "wo", "uf", "ui", "ug", "uo"};
+    const char *const *n = NULL;
+    int count = 0;
+    switch (l->type) {
+    case RNN:
+    case CRNN:
+        subs[0] = l->input_layer, subs[1] = l->self_layer, subs[2] = l->output_layer;
+        n = rnn, count = 3;
+        break;
+    case GRU:
+        subs[0] = l->uz, subs[1] = l->wz, subs[2] = l->ur, subs[3] = l->wr, subs[4] = l->uh;
+        subs[5] = l->wh;
+        n = gru, count = 6;
+        break;
+    case LSTM:
+        subs[0] = l->wf, subs[1] = l->wi, subs[2] = l->wg, subs[3] = l->wo, subs[4] = l->uf;
+        subs[5] = l->ui, subs[6] = l->ug, subs[7] = l->uo;
+        n = lstm, count = 8;
+        break;
+    default:
+        return 0;
+    }
+    for (int k = 0; k < count; ++k) names[k] = n[k];
+    return count;
+}
+
+/* Half execution of a recurrent layer is half execution of its sub-layers:
+ * a record per sub-layer (amp_layer.subs), each installed by install() as a
+ * layer of its own would be, and the sub-layer's pointers (the CPU or the
+ * _gpu ones) pointed at what the record runs. All or none: one sub-layer
+ * that cannot run in half leaves the whole layer in float32, with why. */
+int amp_subs_install(amp_layer *al, layer *l, int gpu, amp_sub_install_fn install,
+                     void (*free_one)(amp_layer *), void *ctx, char *why, size_t whylen)
+{
+    layer *subs[AMP_MAX_SUBLAYERS];
+    const char *names[AMP_MAX_SUBLAYERS];
+    int n = amp_sublayers(l, subs, names);
+    if (!n) {
+        snprintf(why, whylen, "no sub-layers");
+        return 0;
+    }
+    al->subs = calloc((size_t)n, sizeof *al->subs);
+    if (!al->subs) {
+        snprintf(why, whylen, "out of memory");
+        return 0;
+    }
+    al->nsubs = n;
+    for (int k = 0; k < n; ++k) {
+        amp_layer *sa = &al->subs[k];
+        layer *sub = subs[k];
+        sa->owner = al->owner;
+        sa->index = al->index;
+        sa->half_allowed = 1;
+        sa->precision = AMP_PRECISION_HALF;
+        sa->sub = sub;
+        sa->sub_name = names[k];
+        if (!gpu) {
+            sa->orig_forward = sa->forward = sub->forward;
+            sa->orig_backward = sa->backward = sub->backward;
+        }
+#ifdef GPU
+        else {
+            sa->orig_forward = sa->forward = sub->forward_gpu;
+            sa->orig_backward = sa->backward = sub->backward_gpu;
+        }
+#endif
+        char sub_why[256] = "";
+        if (!sub || !install(sa, sub, ctx, sub_why, sizeof sub_why)) {
+            snprintf(why, whylen, "sub-layer %s: %s", names[k], sub_why);
+            amp_subs_free(al, gpu, free_one);
+            return 0;
+        }
+    }
+    for (int k = 0; k < n; ++k) {
+        amp_layer *sa = &al->subs[k];
+        if (!gpu) {
+            sa->sub->forward = sa->forward;
+            sa->sub->backward = sa->backward;
+        }
+#ifdef GPU
+        else {
+            sa->sub->forward_gpu = sa->forward;
+            sa->sub->backward_gpu = sa->backward;
+        }
+#endif
+        sa->sub->hook_data = sa;
+    }
+    al->backend = al->subs[0].backend;
+    return 1;
+}
+
+void amp_subs_free(amp_layer *al, int gpu, void (*free_one)(amp_layer *))
+{
+    for (int k = 0; k < al->nsubs; ++k) {
+        amp_layer *sa = &al->subs[k];
+        if (free_one) free_one(sa);
+        if (!sa->sub || sa->sub->hook_data != sa) continue; /* never installed */
+        if (!gpu) {
+            sa->sub->forward = sa->orig_forward;
+            sa->sub->backward = sa->orig_backward;
+        }
+#ifdef GPU
+        else {
+            sa->sub->forward_gpu = sa->orig_forward;
+            sa->sub->backward_gpu = sa->orig_backward;
+        }
+#endif
+        sa->sub->hook_data = NULL;
+    }
+    free(al->subs);
+    al->subs = NULL;
+    al->nsubs = 0;
+}
+
 static int collect_tensors(amp_net *an)
 {
     network *net = an->net;
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];
         if (!l->update) continue; /* no step consumes its gradients */
-        struct { const char *name; layer *sub; } subs[8];
-        int nsub = 0;
-        switch (l->type) {
-        case RNN:
-        case CRNN:
-            subs[0].name = "input", subs[0].sub = l->input_layer;
-            subs[1].name = "self", subs[1].sub = l->self_layer;
-            subs[2].name = "output", subs[2].sub = l->output_layer;
-            nsub = 3;
-            break;
-        case GRU:
-            subs[0].name = "uz", subs[0].sub = l->uz, subs[1].name = "wz", subs[1].sub = l->wz;
-            subs[2].name = "ur", subs[2].sub = l->ur, subs[3].name = "wr", subs[3].sub = l->wr;
-            subs[4].name = "uh", subs[4].sub = l->uh, subs[5].name = "wh", subs[5].sub = l->wh;
-            nsub = 6;
-            break;
-        case LSTM:
-            subs[0].name = "wf", subs[0].sub = l->wf, subs[1].name = "wi", subs[1].sub = l->wi;
-            subs[2].name = "wg", subs[2].sub = l->wg, subs[3].name = "wo", subs[3].sub = l->wo;
-            subs[4].name = "uf", subs[4].sub = l->uf, subs[5].name = "ui", subs[5].sub = l->ui;
-            subs[6].name = "ug", subs[6].sub = l->ug, subs[7].name = "uo", subs[7].sub = l->uo;
-            nsub = 8;
-            break;
-        default:
-            if (add_layer_tensors(an, i, "", l)) return -1;
-        }
+        layer *subs[AMP_MAX_SUBLAYERS];
+        const char *names[AMP_MAX_SUBLAYERS];
+        int nsub = amp_sublayers(l, subs, names);
+        if (!nsub && add_layer_tensors(an, i, "", l)) return -1;
         for (int k = 0; k < nsub; ++k)
-            if (subs[k].sub && add_layer_tensors(an, i, subs[k].name, subs[k].sub)) return -1;
+            if (subs[k] && add_layer_tensors(an, i, names[k], subs[k])) return -1;
     }
     return 0;
 }

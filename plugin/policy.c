@@ -17,14 +17,14 @@ typedef struct {
  * shortcut, upsample, reorg, crop, dropout). */
 static const policy_row policy[] = {
     {CONVOLUTIONAL, AMP_PRECISION_HALF},
+    {DECONVOLUTIONAL, AMP_PRECISION_HALF},
     {CONNECTED, AMP_PRECISION_HALF},
     {LOCAL, AMP_PRECISION_HALF},
-    /* Half by the contract; their half path is not written yet. */
-    {DECONVOLUTIONAL, AMP_PRECISION_FALLBACK},
-    {RNN, AMP_PRECISION_FALLBACK},
-    {GRU, AMP_PRECISION_FALLBACK},
-    {LSTM, AMP_PRECISION_FALLBACK},
-    {CRNN, AMP_PRECISION_FALLBACK},
+    /* the GEMMs of their sub-layers (connected; convolutional in crnn) */
+    {RNN, AMP_PRECISION_HALF},
+    {GRU, AMP_PRECISION_HALF},
+    {LSTM, AMP_PRECISION_HALF},
+    {CRNN, AMP_PRECISION_HALF},
 };
 
 amp_precision amp_policy(const layer *l, amp_dtype dtype, int half_allowed)
@@ -52,7 +52,7 @@ static const char *precision_name(amp_precision p, amp_backend b, amp_dtype dtyp
                                            : "emulated");
         return buf;
     case AMP_PRECISION_OFF: return "float32 (amp=0)";
-    case AMP_PRECISION_FALLBACK: return "float32 (no half path yet)";
+    case AMP_PRECISION_FALLBACK: return "float32 (no half path)";
     default: return "float32";
     }
 }

@@ -5,6 +5,13 @@
  *   gpu_half_test --emulation CFG [resize] the CPU emulation against darknet's
  *                                         CPU float32, with the first pair's
  *                                         bounds (any build, no GPU)
+ *   gpu_half_test --cpu CFG [resize]      the same with the CPU's own choice
+ *                                         (oneDNN for bfloat16 where the CPU
+ *                                         runs it, else the emulation)
+ *   gpu_half_test --no-cpu-reference CFG  GPU only: the GPU half layers
+ *                                         against darknet's float32 GPU
+ *                                         layers, no CPU network (for layers
+ *                                         darknet cannot run on the CPU)
  *
  * Networks from CFG, same seed (same initial weights), same input, same
  * gradient arriving at the last layer, for float16 and (compute capability
@@ -68,6 +75,10 @@ static double eps_of(amp_dtype t)
 }
 
 /* dev: 1 GPU 0, 0 CPU; dtype FLOAT32 with amp 0: darknet without AMP. */
+/* DARKNET_AMP_CPU for the CPU half networks: "emulate" (--emulation, and the
+ * GPU pairs' reference), or "auto" (--cpu). */
+static const char *cpu_path = "emulate";
+
 static network *build(const char *cfg, int dev, int amp, amp_dtype dtype)
 {
 #ifdef GPU
@@ -79,7 +90,7 @@ static network *build(const char *cfg, int dev, int amp, amp_dtype dtype)
     network *net = parse_network_cfg((char *)cfg);
     if (!amp) return net;
     char err[512] = "";
-    setenv("DARKNET_AMP_CPU", "emulate", 1);
+    setenv("DARKNET_AMP_CPU", cpu_path, 1);
     amp_options o;
     amp_options_init(&o, dtype);
     o.dynamic = 0;
@@ -96,17 +107,35 @@ static network *build(const char *cfg, int dev, int amp, amp_dtype dtype)
 
 static size_t nweights(const layer *l)
 {
-    return l->type == CONVOLUTIONAL ? (size_t)l->nweights : (size_t)l->inputs * l->outputs;
+    return l->type == CONNECTED ? (size_t)l->inputs * l->outputs : (size_t)l->nweights;
 }
 
 static size_t nbias(const layer *l)
 {
-    return (size_t)(l->type == CONVOLUTIONAL ? l->n : l->outputs);
+    return (size_t)(l->type == CONNECTED ? l->outputs : l->n);
 }
 
-static int has_params(const layer *l)
+/* The layers whose parameters a layer's gradients belong to: itself, or a
+ * recurrent layer's sub-layers (with their names). */
+static int parts(layer *l, layer **out, const char **names)
 {
-    return (l->type == CONVOLUTIONAL || l->type == CONNECTED) && l->weight_updates;
+    int n = amp_sublayers(l, out, names);
+    if (n) return n;
+    if ((l->type == CONVOLUTIONAL || l->type == DECONVOLUTIONAL || l->type == CONNECTED) &&
+        l->weight_updates) {
+        out[0] = l;
+        names[0] = "";
+        return 1;
+    }
+    return 0;
+}
+
+/* How many time steps a layer's arrays hold (a recurrent layer's sub-layers
+ * keep every step's output). */
+static int steps_of(const layer *l)
+{
+    return amp_sublayers(l, (layer *[AMP_MAX_SUBLAYERS]){0},
+                         (const char *[AMP_MAX_SUBLAYERS]){0}) ? l->steps : 1;
 }
 
 static void compare(const char *what, const float *ref, const float *got, size_t n, double eps,
@@ -158,18 +187,22 @@ static void run(network *net, unsigned seed)
     for (int i = 0; i < last->outputs * last->batch; ++i)
         last->delta[i] = ((float)rand() / RAND_MAX * 2 - 1) * .1f;
     for (int i = 0; i < net->n; ++i) {
-        layer *l = &net->layers[i];
-        if (!has_params(l)) continue; /* gradients of this pass only */
-        memset(l->weight_updates, 0, nweights(l) * sizeof(float));
-        memset(l->bias_updates, 0, nbias(l) * sizeof(float));
-        if (l->scale_updates) memset(l->scale_updates, 0, nbias(l) * sizeof(float));
+        layer *ps[AMP_MAX_SUBLAYERS];
+        const char *names[AMP_MAX_SUBLAYERS];
+        int np = parts(&net->layers[i], ps, names);
+        for (int k = 0; k < np; ++k) { /* gradients of this pass only */
+            layer *l = ps[k];
+            memset(l->weight_updates, 0, nweights(l) * sizeof(float));
+            memset(l->bias_updates, 0, nbias(l) * sizeof(float));
+            if (l->scale_updates) memset(l->scale_updates, 0, nbias(l) * sizeof(float));
 #ifdef GPU
-        if (net->gpu_index >= 0) {
-            fill_gpu((int)nweights(l), 0, l->weight_updates_gpu, 1);
-            fill_gpu((int)nbias(l), 0, l->bias_updates_gpu, 1);
-            if (l->scale_updates_gpu) fill_gpu((int)nbias(l), 0, l->scale_updates_gpu, 1);
-        }
+            if (net->gpu_index >= 0) {
+                fill_gpu((int)nweights(l), 0, l->weight_updates_gpu, 1);
+                fill_gpu((int)nbias(l), 0, l->bias_updates_gpu, 1);
+                if (l->scale_updates_gpu) fill_gpu((int)nbias(l), 0, l->scale_updates_gpu, 1);
+            }
 #endif
+        }
     }
 #ifdef GPU
     if (net->gpu_index >= 0)
@@ -183,10 +216,16 @@ static void run(network *net, unsigned seed)
         size_t n = (size_t)l->outputs * l->batch;
         pull(l->output_gpu, l->output, n);
         pull(l->delta_gpu, l->delta, n);
-        if (!has_params(l)) continue;
-        pull(l->weight_updates_gpu, l->weight_updates, nweights(l));
-        pull(l->bias_updates_gpu, l->bias_updates, nbias(l));
-        if (l->scale_updates_gpu) pull(l->scale_updates_gpu, l->scale_updates, nbias(l));
+        layer *ps[AMP_MAX_SUBLAYERS];
+        const char *names[AMP_MAX_SUBLAYERS];
+        int np = parts(l, ps, names);
+        for (int k = 0; k < np; ++k) {
+            layer *p = ps[k];
+            if (p != l) pull(p->output_gpu, p->output, (size_t)p->outputs * p->batch * l->steps);
+            pull(p->weight_updates_gpu, p->weight_updates, nweights(p));
+            pull(p->bias_updates_gpu, p->bias_updates, nbias(p));
+            if (p->scale_updates_gpu) pull(p->scale_updates_gpu, p->scale_updates, nbias(p));
+        }
     }
 #endif
 }
@@ -198,6 +237,15 @@ static void compare_nets(network *a, network *b, double eps, const bounds *bd, c
         layer *la = &a->layers[i], *lb = &b->layers[i];
         snprintf(what, sizeof what, "%s layer %d output", when, i);
         compare(what, la->output, lb->output, (size_t)la->outputs * la->batch, eps, bd, 0);
+        layer *pa[AMP_MAX_SUBLAYERS], *pb[AMP_MAX_SUBLAYERS];
+        const char *names[AMP_MAX_SUBLAYERS];
+        int np = parts(la, pa, names);
+        parts(lb, pb, names);
+        for (int k = 0; k < np && pa[k] != la; ++k) { /* sub-layers: every time step */
+            snprintf(what, sizeof what, "%s layer %d %s output", when, i, names[k]);
+            compare(what, pa[k]->output, pb[k]->output,
+                    (size_t)pa[k]->outputs * pa[k]->batch * steps_of(la), eps, bd, 0);
+        }
     }
     for (int i = 0; i < a->n; ++i) {
         layer *la = &a->layers[i], *lb = &b->layers[i];
@@ -205,14 +253,22 @@ static void compare_nets(network *a, network *b, double eps, const bounds *bd, c
             snprintf(what, sizeof what, "%s layer %d delta", when, i);
             compare(what, la->delta, lb->delta, (size_t)la->outputs * la->batch, eps, bd, 1);
         }
-        if (!has_params(la)) continue;
-        snprintf(what, sizeof what, "%s layer %d weight grad", when, i);
-        compare(what, la->weight_updates, lb->weight_updates, nweights(la), eps, bd, 1);
-        snprintf(what, sizeof what, "%s layer %d bias grad", when, i);
-        compare(what, la->bias_updates, lb->bias_updates, nbias(la), eps, bd, 1);
-        if (la->batch_normalize) {
-            snprintf(what, sizeof what, "%s layer %d scale grad", when, i);
-            compare(what, la->scale_updates, lb->scale_updates, nbias(la), eps, bd, 1);
+        layer *pa[AMP_MAX_SUBLAYERS], *pb[AMP_MAX_SUBLAYERS];
+        const char *names[AMP_MAX_SUBLAYERS];
+        int np = parts(la, pa, names);
+        parts(lb, pb, names);
+        for (int k = 0; k < np; ++k) {
+            const char *sep = *names[k] ? " " : "";
+            snprintf(what, sizeof what, "%s layer %d%s%s weight grad", when, i, sep, names[k]);
+            compare(what, pa[k]->weight_updates, pb[k]->weight_updates, nweights(pa[k]), eps, bd,
+                    1);
+            snprintf(what, sizeof what, "%s layer %d%s%s bias grad", when, i, sep, names[k]);
+            compare(what, pa[k]->bias_updates, pb[k]->bias_updates, nbias(pa[k]), eps, bd, 1);
+            if (pa[k]->batch_normalize) {
+                snprintf(what, sizeof what, "%s layer %d%s%s scale grad", when, i, sep, names[k]);
+                compare(what, pa[k]->scale_updates, pb[k]->scale_updates, nbias(pa[k]), eps, bd,
+                        1);
+            }
         }
     }
 }
@@ -221,12 +277,16 @@ static void compare_nets(network *a, network *b, double eps, const bounds *bd, c
 static void change_weights(network *net)
 {
     for (int i = 0; i < net->n; ++i) {
-        layer *l = &net->layers[i];
-        if (!has_params(l)) continue;
-        for (size_t k = 0; k < nweights(l); ++k) l->weights[k] *= -1.25f; /* stale: order 1 */
+        layer *ps[AMP_MAX_SUBLAYERS];
+        const char *names[AMP_MAX_SUBLAYERS];
+        int np = parts(&net->layers[i], ps, names);
+        for (int k = 0; k < np; ++k) {
+            layer *l = ps[k];
+            for (size_t j = 0; j < nweights(l); ++j) l->weights[j] *= -1.25f; /* stale: order 1 */
 #ifdef GPU
-        if (net->gpu_index >= 0) cuda_push_array(l->weights_gpu, l->weights, nweights(l));
+            if (net->gpu_index >= 0) cuda_push_array(l->weights_gpu, l->weights, nweights(l));
 #endif
+        }
     }
     amp_net *an = amp_net_of(net);
     if (an) an->weights_version++; /* as the weights_loaded hook does */
@@ -241,10 +301,12 @@ static int count_backend(network *net, amp_backend b)
     return n;
 }
 
-static int count_type(network *net, LAYER_TYPE t)
+/* Layers of the given types. */
+static int count_types(network *net, const LAYER_TYPE *types, int ntypes)
 {
     int n = 0;
-    for (int i = 0; i < net->n; ++i) n += net->layers[i].type == t;
+    for (int i = 0; i < net->n; ++i)
+        for (int t = 0; t < ntypes; ++t) n += net->layers[i].type == types[t];
     return n;
 }
 
@@ -271,13 +333,21 @@ static void passes(network **nets, int count, double eps, const bounds *bd, int 
 
 int main(int argc, char **argv)
 {
-    int emulation = argc > 1 && !strcmp(argv[1], "--emulation");
-    if (argc < 2 + emulation || argc > 3 + emulation) {
-        fprintf(stderr, "usage: gpu_half_test [--emulation] CFG [resize]\n");
+    int emulation = 0, resize = 0, cpu_reference = 1;
+    const char *cfg = NULL;
+    for (int i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--emulation")) emulation = 1;
+        else if (!strcmp(argv[i], "--cpu")) emulation = 1, cpu_path = "auto";
+        else if (!strcmp(argv[i], "--no-cpu-reference")) cpu_reference = 0;
+        else if (!strcmp(argv[i], "resize")) resize = 1;
+        else if (!cfg) cfg = argv[i];
+        else cfg = NULL, i = argc;
+    }
+    if (!cfg) {
+        fprintf(stderr, "usage: gpu_half_test [--emulation | --cpu | --no-cpu-reference] CFG "
+                        "[resize]\n");
         return 2;
     }
-    const char *cfg = argv[1 + emulation];
-    int resize = argc == 3 + emulation && !strcmp(argv[2 + emulation], "resize");
     const amp_dtype dtypes[] = {AMP_DTYPE_FLOAT16, AMP_DTYPE_BFLOAT16};
     for (int t = 0; t < 2; ++t) {
         const amp_dtype dt = dtypes[t];
@@ -291,14 +361,21 @@ int main(int argc, char **argv)
         }
         if (emulation) {
             network *nets[2] = {build(cfg, 0, 0, dt), build(cfg, 0, 1, dt)};
-            CHECK(count_backend(nets[1], AMP_BACKEND_EMULATED) ==
-                      count_type(nets[1], CONVOLUTIONAL) + count_type(nets[1], CONNECTED),
-                  "%s: every convolution and connected layer emulated", amp_dtype_name(dt));
+            const LAYER_TYPE half[] = {CONVOLUTIONAL, DECONVOLUTIONAL, CONNECTED,
+                                       RNN,           GRU,             LSTM, CRNN};
+            int want = count_types(nets[1], half, 7);
+            int got = count_backend(nets[1], AMP_BACKEND_EMULATED) +
+                      count_backend(nets[1], AMP_BACKEND_ONEDNN);
+            CHECK(got == want,
+                  "%s: %d of %d convolutional, deconvolutional, connected and recurrent layers "
+                  "in half on the CPU (%d through oneDNN)", amp_dtype_name(dt), got, want,
+                  count_backend(nets[1], AMP_BACKEND_ONEDNN));
             passes(nets, 2, eps, bd, resize);
             for (int k = 0; k < 2; ++k) free_network(nets[k]);
             continue;
         }
 #ifndef GPU
+        (void)cpu_reference;
         printf("SKIP: a CPU build (no GPU half layers)\n");
         return 77;
 #else
@@ -318,19 +395,30 @@ int main(int argc, char **argv)
             continue;
         }
         cuda_set_device(0);
-        network *nets[3] = {build(cfg, 1, 0, dt), build(cfg, 1, 1, dt), build(cfg, 0, 1, dt)};
-        int convs = count_type(nets[1], CONVOLUTIONAL), fcs = count_type(nets[1], CONNECTED);
+        /* --no-cpu-reference: a cfg whose layers darknet cannot run on the CPU
+         * (rnn, lstm: upstream's CPU code writes out of bounds or crashes) is
+         * compared with darknet's float32 GPU layers only */
+        const int count = cpu_reference ? 3 : 2;
+        network *nets[3] = {build(cfg, 1, 0, dt), build(cfg, 1, 1, dt),
+                            cpu_reference ? build(cfg, 0, 1, dt) : NULL};
+        /* convolutions (crnn's sub-layers too) through cuDNN; GEMMs (connected,
+         * deconvolutional, the sub-layers of rnn, gru and lstm) through cuBLAS */
+        const LAYER_TYPE cudnn[] = {CONVOLUTIONAL, CRNN};
+        const LAYER_TYPE cublas[] = {CONNECTED, DECONVOLUTIONAL, RNN, GRU, LSTM};
+        int convs = count_types(nets[1], cudnn, 2), gemms = count_types(nets[1], cublas, 5);
         CHECK(count_backend(nets[1], AMP_BACKEND_CUDNN) == convs,
-              "%s: %d of %d convolutions through cuDNN", amp_dtype_name(dt),
+              "%s: %d of %d convolutional layers through cuDNN", amp_dtype_name(dt),
               count_backend(nets[1], AMP_BACKEND_CUDNN), convs);
-        CHECK(count_backend(nets[1], AMP_BACKEND_CUBLAS) == fcs,
-              "%s: %d of %d connected layers through cuBLAS", amp_dtype_name(dt),
-              count_backend(nets[1], AMP_BACKEND_CUBLAS), fcs);
-        passes(nets, 3, eps, bd, resize);
+        CHECK(count_backend(nets[1], AMP_BACKEND_CUBLAS) == gemms,
+              "%s: %d of %d connected, deconvolutional and recurrent layers through cuBLAS",
+              amp_dtype_name(dt), count_backend(nets[1], AMP_BACKEND_CUBLAS), gemms);
+        passes(nets, count, eps, bd, resize);
         amp_net *an = amp_net_of(nets[1]);
         CHECK(an && !an->error[0], "%s: no device error (%s)", amp_dtype_name(dt),
               an ? an->error : "not attached");
-        for (int k = 0; k < 3; ++k) free_network(nets[k]);
+        /* not freed without a CPU reference: upstream's free_layer frees an
+         * rnn layer's output twice */
+        for (int k = 0; cpu_reference && k < count; ++k) free_network(nets[k]);
 #endif
     }
     return check_report();

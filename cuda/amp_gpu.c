@@ -475,7 +475,7 @@ amp_status amp_gpu_attach(amp_net *an, char *err, size_t errlen)
             if (!amp_gpu_half_install(al, l, g->half, &gl->run_forward, &gl->run_backward, why,
                                       sizeof why)) {
                 al->precision = AMP_PRECISION_FALLBACK;
-                if (l->type == CONVOLUTIONAL || l->type == CONNECTED)
+                if (l->type != LOCAL) /* the types with a GPU half path */
                     fprintf(stderr, "amp: layer %d [%s]: float32 on the GPU: %s\n", i,
                             get_layer_string(l->type), why);
             }

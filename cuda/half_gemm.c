@@ -1,6 +1,8 @@
-/* Connected layers in float16 or bfloat16 through cublasGemmEx: half A and
+/* Connected and deconvolutional layers (and the connected sub-layers of
+ * rnn, gru and lstm) in float16 or bfloat16 through cublasGemmEx: half A and
  * B, float32 C, CUBLAS_COMPUTE_32F, tensor-op algorithms; the CPU
- * emulation's rounding points (plugin/cpu_half.c connected_forward/backward).
+ * emulation's rounding points (plugin/cpu_half.c connected_forward/backward,
+ * deconv_forward/backward).
  *
  * Each GEMM writes float32 (beta = 0) and a kernel rounds the result to the
  * half dtype: with a half C, cuBLAS may do split-K reductions in the output
@@ -23,18 +25,22 @@
 #include "activations.h"
 #include "batchnorm_layer.h"
 #include "blas.h"
+#include "col2im.h"
 #include "cuda.h" /* darknet's: blas_handle() */
+#include "im2col.h"
 
-/* darknet's row-major gemm_gpu arguments, half A and B, float32 C, beta 0. */
+/* darknet's row-major gemm_gpu arguments, half A and B, float32 C; beta 0
+ * (C written) or 1 (C accumulated in float32, a sum over the batch). */
 static int gemm_half(amp_dtype dtype, int ta, int tb, int m, int n, int k, const void *a, int lda,
-                     const void *b, int ldb, float *c, int ldc, char *err, size_t errlen)
+                     const void *b, int ldb, float beta, float *c, int ldc, char *err,
+                     size_t errlen)
 {
     amp_gemm_call g = amp_gemm_colmajor(ta, tb, m, n, k, lda, ldb, ldc);
     cudaDataType_t t = dtype == AMP_DTYPE_BFLOAT16 ? CUDA_R_16BF : CUDA_R_16F;
-    const float one = 1, zero = 0;
+    const float one = 1;
     return AMP_CUBLAS_MSG(cublasGemmEx(blas_handle(), g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N,
                                        g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n, g.k,
-                                       &one, b, t, g.ld_first, a, t, g.ld_second, &zero, c,
+                                       &one, b, t, g.ld_first, a, t, g.ld_second, &beta, c,
                                        CUDA_R_32F, g.ldc, CUBLAS_COMPUTE_32F,
                                        CUBLAS_GEMM_DEFAULT_TENSOR_OP),
                           err, errlen);
@@ -78,7 +84,7 @@ void amp_cublas_connected_forward(layer l, network net)
     const uint16_t *w = amp_gpu_half_weights(al, l.weights_gpu, err, sizeof err);
     TRY(!w);
     TRY(amp_cuda_to_half(net.input_gpu, x->x.p, nin, h->dtype, 0, err, sizeof err));
-    TRY(gemm_half(h->dtype, 0, 1, l.batch, l.outputs, l.inputs, x->x.p, l.inputs, w, l.inputs,
+    TRY(gemm_half(h->dtype, 0, 1, l.batch, l.outputs, l.inputs, x->x.p, l.inputs, w, l.inputs, 0,
                   l.output_gpu, l.outputs, err, sizeof err));
     TRY(amp_cuda_round(l.output_gpu, nout, h->dtype, 0, err, sizeof err));
     if (l.batch_normalize) forward_batchnorm_layer_gpu(l, net);
@@ -106,10 +112,102 @@ void amp_cublas_connected_backward(layer l, network net)
     TRY(amp_cuda_to_half(net.input_gpu, x->x.p, nin, h->dtype, 0, err, sizeof err));
     TRY(amp_cuda_to_half(l.delta_gpu, x->y.p, nout, h->dtype, 0, err, sizeof err));
     TRY(gemm_half(h->dtype, 1, 0, l.outputs, l.inputs, l.batch, x->y.p, l.outputs, x->x.p,
-                  l.inputs, x->dw.p, l.inputs, err, sizeof err));
+                  l.inputs, 0, x->dw.p, l.inputs, err, sizeof err));
     TRY(amp_cuda_add_rounded(x->dw.p, l.weight_updates_gpu, h->nw, h->dtype, 0, err, sizeof err));
     if (!net.delta_gpu) return;
     TRY(gemm_half(h->dtype, 0, 0, l.batch, l.inputs, l.outputs, x->y.p, l.outputs, w, l.inputs,
-                  x->dx.p, l.inputs, err, sizeof err));
+                  0, x->dx.p, l.inputs, err, sizeof err));
     TRY(amp_cuda_add_rounded(x->dx.p, net.delta_gpu, nin, h->dtype, 0, err, sizeof err));
+}
+
+/* Deconvolutions, darknet's way (deconvolutional_kernels.cu): per image, a
+ * GEMM of the transposed half weights with the half input writes float32
+ * columns into darknet's workspace, col2im scatters and sums them into
+ * l.output_gpu in float32, and the whole output is rounded to half once. In
+ * backward, the incoming gradient is rounded to half (a float32 copy of
+ * half values: im2col is darknet's float32 kernel), laid out as columns and
+ * converted to half; the weight gradient is summed over the batch in float32
+ * (beta 1) and rounded as it is added into weight_updates_gpu, the data
+ * gradient rounded as it is added into net.delta_gpu, per image. */
+
+static int deconv_reserve(amp_gpu_half *h, const layer *l, char *err, size_t errlen)
+{
+    const size_t hw = (size_t)l->h * l->w, cols = hw * l->size * l->size * l->n;
+    amp_gpu_half_ctx *x = h->ctx;
+    return amp_gpu_reserve(&x->x, (size_t)l->inputs * l->batch * sizeof(uint16_t), err, errlen) &&
+           amp_gpu_reserve(&x->y, cols * sizeof(uint16_t), err, errlen) &&
+           amp_gpu_reserve(&x->dw, h->nw * sizeof(float), err, errlen) &&
+           amp_gpu_reserve(&x->dx, (size_t)l->c * hw * sizeof(float), err, errlen) &&
+           amp_gpu_reserve(&x->t, (size_t)l->outputs * l->batch * sizeof(float), err, errlen);
+}
+
+int amp_cublas_deconv_setup(amp_layer *al, const layer *l, char *why, size_t whylen)
+{
+    return deconv_reserve(al->gpu_half, l, why, whylen);
+}
+
+void amp_cublas_deconv_forward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    amp_net *an = al->owner;
+    amp_gpu_half *h = al->gpu_half;
+    amp_gpu_half_ctx *x = h->ctx;
+    char err[384];
+    if (an->error[0]) return;
+    TRY(!deconv_reserve(h, &l, err, sizeof err));
+    const int m = l.size * l.size * l.n, n = l.h * l.w, k = l.c;
+    const size_t nout = (size_t)l.outputs * l.batch;
+    const uint16_t *w = amp_gpu_half_weights(al, l.weights_gpu, err, sizeof err);
+    TRY(!w);
+    TRY(amp_cuda_to_half(net.input_gpu, x->x.p, (size_t)l.inputs * l.batch, h->dtype, 0, err,
+                         sizeof err));
+    fill_gpu((int)nout, 0, l.output_gpu, 1);
+    for (int i = 0; i < l.batch; ++i) {
+        TRY(gemm_half(h->dtype, 1, 0, m, n, k, w, m, (const uint16_t *)x->x.p + (size_t)i * k * n,
+                      n, 0, net.workspace, n, err, sizeof err));
+        col2im_gpu(net.workspace, l.out_c, l.out_h, l.out_w, l.size, l.stride, l.pad,
+                   l.output_gpu + (size_t)i * l.outputs);
+    }
+    TRY(amp_cuda_round(l.output_gpu, nout, h->dtype, 0, err, sizeof err));
+    if (l.batch_normalize) forward_batchnorm_layer_gpu(l, net);
+    else add_bias_gpu(l.output_gpu, l.biases_gpu, l.batch, l.n, l.out_w * l.out_h);
+    activate_array_gpu(l.output_gpu, (int)nout, l.activation);
+}
+
+void amp_cublas_deconv_backward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    amp_net *an = al->owner;
+    amp_gpu_half *h = al->gpu_half;
+    amp_gpu_half_ctx *x = h->ctx;
+    char err[384];
+    if (an->error[0]) return;
+    TRY(!deconv_reserve(h, &l, err, sizeof err));
+    const int c = l.c, hw = l.h * l.w, kk = l.size * l.size * l.n;
+    const size_t nout = (size_t)l.outputs * l.batch, chw = (size_t)c * hw;
+    gradient_array_gpu(l.output_gpu, (int)nout, l.activation, l.delta_gpu);
+    if (l.batch_normalize) backward_batchnorm_layer_gpu(l, net);
+    else backward_bias_gpu(l.bias_updates_gpu, l.delta_gpu, l.batch, l.n, l.out_w * l.out_h);
+
+    const uint16_t *w = amp_gpu_half_weights(al, l.weights_gpu, err, sizeof err);
+    TRY(!w);
+    float *dy = x->t.p;
+    copy_gpu((int)nout, l.delta_gpu, 1, dy, 1);
+    TRY(amp_cuda_round(dy, nout, h->dtype, 0, err, sizeof err));
+    TRY(amp_cuda_to_half(net.input_gpu, x->x.p, (size_t)l.inputs * l.batch, h->dtype, 0, err,
+                         sizeof err));
+    for (int i = 0; i < l.batch; ++i) {
+        im2col_gpu(dy + (size_t)i * l.outputs, l.out_c, l.out_h, l.out_w, l.size, l.stride, l.pad,
+                   net.workspace);
+        TRY(amp_cuda_to_half(net.workspace, x->y.p, (size_t)kk * hw, h->dtype, 0, err,
+                             sizeof err));
+        TRY(gemm_half(h->dtype, 0, 1, c, kk, hw, (const uint16_t *)x->x.p + (size_t)i * chw, hw,
+                      x->y.p, hw, i ? 1.f : 0.f, x->dw.p, kk, err, sizeof err));
+        if (!net.delta_gpu) continue;
+        TRY(gemm_half(h->dtype, 0, 0, c, hw, kk, w, kk, x->y.p, hw, 0, x->dx.p, hw, err,
+                      sizeof err));
+        TRY(amp_cuda_add_rounded(x->dx.p, net.delta_gpu + (size_t)i * chw, chw, h->dtype, 0, err,
+                                 sizeof err));
+    }
+    TRY(amp_cuda_add_rounded(x->dw.p, l.weight_updates_gpu, h->nw, h->dtype, 0, err, sizeof err));
 }

@@ -1,5 +1,6 @@
-/* Half-precision execution of convolutional (cuDNN) and connected (cuBLAS)
- * layers on the GPU: the CPU emulation's rounding points (plugin/cpu_half.c)
+/* Half-precision execution of convolutional (cuDNN), connected and
+ * deconvolutional (cuBLAS) layers on the GPU, and of the sub-layers of
+ * recurrent ones: the CPU emulation's rounding points (plugin/cpu_half.c)
  * with the device's kernels. Private to cuda/.
  *
  * State: per layer, the half copy of its weights (refreshed when the
@@ -33,6 +34,7 @@ typedef struct amp_gpu_half_ctx {
     amp_gpu_scratch dw;  /* weight gradient: half (cuDNN) or float32 (cuBLAS) */
     amp_gpu_scratch dx;  /* data gradient: half (cuDNN) or float32 (cuBLAS) */
     amp_gpu_scratch ws;  /* cuDNN workspace */
+    amp_gpu_scratch t;   /* float32: a deconvolution's incoming gradient, rounded to half */
 } amp_gpu_half_ctx;
 
 struct amp_cudnn_conv; /* half_conv.c */
@@ -74,5 +76,8 @@ void amp_cudnn_conv_backward(struct layer l, struct network net);
 int amp_cublas_connected_setup(amp_layer *al, const layer *l, char *why, size_t whylen);
 void amp_cublas_connected_forward(struct layer l, struct network net);
 void amp_cublas_connected_backward(struct layer l, struct network net);
+int amp_cublas_deconv_setup(amp_layer *al, const layer *l, char *why, size_t whylen);
+void amp_cublas_deconv_forward(struct layer l, struct network net);
+void amp_cublas_deconv_backward(struct layer l, struct network net);
 
 #endif

@@ -28,6 +28,7 @@ void amp_gpu_half_ctx_free(amp_gpu_half_ctx *ctx)
     scratch_free(&ctx->dw);
     scratch_free(&ctx->dx);
     scratch_free(&ctx->ws);
+    scratch_free(&ctx->t);
     free(ctx);
 }
 
@@ -57,11 +58,24 @@ const uint16_t *amp_gpu_half_weights(amp_layer *al, const float *w_gpu, char *er
     return h->w;
 }
 
+/* A recurrent layer's sub-layer: installed like a layer, on its _gpu pointers. */
+static int install_sub(amp_layer *sa, layer *sub, void *ctx, char *why, size_t whylen)
+{
+    void (*fwd)(struct layer, struct network) = NULL, (*bwd)(struct layer, struct network) = NULL;
+    if (!amp_gpu_half_install(sa, sub, ctx, &fwd, &bwd, why, whylen)) return 0;
+    sa->forward = fwd;
+    sa->backward = bwd;
+    return 1;
+}
+
 int amp_gpu_half_install(amp_layer *al, layer *l, amp_gpu_half_ctx *ctx,
                          void (**fwd)(struct layer, struct network),
                          void (**bwd)(struct layer, struct network), char *why, size_t whylen)
 {
-    if (l->type != CONVOLUTIONAL && l->type != CONNECTED) {
+    if (l->type == RNN || l->type == GRU || l->type == LSTM || l->type == CRNN)
+        /* the parent's own pointers stay darknet's: it calls its sub-layers' */
+        return amp_subs_install(al, l, 1, install_sub, amp_gpu_half_free, ctx, why, whylen);
+    if (l->type != CONVOLUTIONAL && l->type != CONNECTED && l->type != DECONVOLUTIONAL) {
         snprintf(why, whylen, "no GPU half path for [%s]", get_layer_string(l->type));
         return 0;
     }
@@ -72,21 +86,26 @@ int amp_gpu_half_install(amp_layer *al, layer *l, amp_gpu_half_ctx *ctx,
     }
     h->ctx = ctx;
     h->dtype = al->owner->scaler->opt.dtype;
-    h->nw = l->type == CONVOLUTIONAL ? (size_t)l->nweights : (size_t)l->inputs * l->outputs;
+    h->nw = l->type == CONNECTED ? (size_t)l->inputs * l->outputs : (size_t)l->nweights;
     al->gpu_half = h;
     if (AMP_CUDA_MSG(cudaMalloc((void **)&h->w, (h->nw ? h->nw : 1) * sizeof(uint16_t)), why,
                      whylen))
         goto fail;
-    int ok = l->type == CONVOLUTIONAL ? amp_cudnn_conv_setup(al, l, why, whylen)
-                                      : amp_cublas_connected_setup(al, l, why, whylen);
+    int ok = l->type == CONVOLUTIONAL   ? amp_cudnn_conv_setup(al, l, why, whylen)
+             : l->type == CONNECTED     ? amp_cublas_connected_setup(al, l, why, whylen)
+                                        : amp_cublas_deconv_setup(al, l, why, whylen);
     if (!ok) goto fail;
     if (l->type == CONVOLUTIONAL) {
         *fwd = amp_cudnn_conv_forward;
         *bwd = amp_cudnn_conv_backward;
         al->backend = AMP_BACKEND_CUDNN;
-    } else {
+    } else if (l->type == CONNECTED) {
         *fwd = amp_cublas_connected_forward;
         *bwd = amp_cublas_connected_backward;
+        al->backend = AMP_BACKEND_CUBLAS;
+    } else {
+        *fwd = amp_cublas_deconv_forward;
+        *bwd = amp_cublas_deconv_backward;
         al->backend = AMP_BACKEND_CUBLAS;
     }
     return 1;
@@ -97,6 +116,7 @@ fail:
 
 void amp_gpu_half_free(amp_layer *al)
 {
+    if (al && al->subs) amp_subs_free(al, 1, amp_gpu_half_free);
     amp_gpu_half *h = al ? al->gpu_half : NULL;
     if (!h) return;
     amp_cudnn_conv_free(h);

@@ -9,7 +9,8 @@
  * Sums over a channel run in darknet's order (batch, then position) in float,
  * as darknet's do; the square roots and powers are taken in float rather than
  * darknet's double, so results can differ from darknet's by an ulp or two
- * (tests/plugin/tail_test.c compares them).
+ * (integration.onednn_conv compares them, element by element, through the
+ * oneDNN path in float32).
  */
 #include "amp_internal.h"
 
@@ -102,10 +103,18 @@ void amp_tail_forward(layer l, network net, int nbias, int bias_size)
         for (int b = 0; b < batch; ++b) {
             const long o = ((long)b * n + f) * size;
             float *p = y + o, *x = l.x + o, *xn = l.x_norm + o;
-            memcpy(x, p, size * sizeof(float));
+            if (net.train) { /* one pass: the input kept, normalised, normalised kept */
 #pragma omp simd
-            for (int i = 0; i < size; ++i) p[i] = (p[i] - mean) / den;
-            if (net.train) memcpy(xn, p, size * sizeof(float));
+                for (int i = 0; i < size; ++i) {
+                    const float v = p[i];
+                    x[i] = v;
+                    xn[i] = p[i] = (v - mean) / den;
+                }
+            } else {
+                memcpy(x, p, size * sizeof(float));
+#pragma omp simd
+                for (int i = 0; i < size; ++i) p[i] = (p[i] - mean) / den;
+            }
             activate_slice(p, size, sc, bi, a);
         }
     }

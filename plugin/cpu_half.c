@@ -124,6 +124,27 @@ static void add_half(amp_dtype dtype, float *g, size_t n, float *dst)
     axpy_cpu((int)n, 1, g, 1, dst, 1);
 }
 
+/* What a half layer's backward GEMMs use: the incoming gradient rounded to
+ * half (its flushes counted), the half weights, the half input, and a zeroed
+ * float32 buffer for the weight gradient (nw elements). */
+typedef struct half_operands {
+    float *dy, *dw;
+    const float *w, *x;
+} half_operands;
+
+static half_operands backward_operands(amp_layer *al, const layer *l, network net, size_t nw,
+                                       amp_dtype dtype)
+{
+    const size_t nout = (size_t)l->outputs * l->batch;
+    half_operands o;
+    o.dy = half_copy(&al->dq, l->delta, nout, dtype);
+    count_flushed(al->owner, l->delta, o.dy, nout);
+    o.w = half_weights(al, l, nw, dtype);
+    o.x = rounded_input(al, net, (size_t)l->inputs * l->batch, dtype);
+    o.dw = zeroed(&al->tmp, nw);
+    return o;
+}
+
 void amp_emulated_conv_forward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
@@ -157,17 +178,15 @@ void amp_emulated_conv_backward(layer l, network net)
     amp_layer *al = l.hook_data;
     amp_dtype dtype = al->owner->scaler->opt.dtype;
     int m = l.n / l.groups, n = l.size * l.size * l.c / l.groups, k = l.out_w * l.out_h;
-    size_t nout = (size_t)l.outputs * l.batch, chw = (size_t)l.c / l.groups * l.h * l.w;
+    size_t chw = (size_t)l.c / l.groups * l.h * l.w;
     double t0 = al->owner->profile ? amp_clock() : 0;
 
     amp_tail_backward(l, net, l.n, k);
     double t1 = al->owner->profile ? amp_clock() : 0;
 
-    float *dy = half_copy(&al->dq, l.delta, nout, dtype);
-    count_flushed(al->owner, l.delta, dy, nout);
-    const float *w = half_weights(al, &l, l.nweights, dtype);
-    const float *x = rounded_input(al, net, (size_t)l.inputs * l.batch, dtype);
-    float *dw = zeroed(&al->tmp, l.nweights);
+    const half_operands o = backward_operands(al, &l, net, l.nweights, dtype);
+    float *dy = o.dy, *dw = o.dw;
+    const float *w = o.w, *x = o.x;
 
     for (int i = 0; i < l.batch; ++i) {
         for (int j = 0; j < l.groups; ++j) {
@@ -230,17 +249,15 @@ static void deconv_backward(layer l, network net)
     amp_layer *al = l.hook_data;
     amp_dtype dtype = al->owner->scaler->opt.dtype;
     const int c = l.c, hw = l.h * l.w, kk = l.size * l.size * l.n;
-    const size_t nout = (size_t)l.outputs * l.batch, chw = (size_t)c * hw;
+    const size_t chw = (size_t)c * hw;
     double t0 = al->owner->profile ? amp_clock() : 0;
 
     amp_tail_backward(l, net, l.n, l.out_h * l.out_w);
     double t1 = al->owner->profile ? amp_clock() : 0;
 
-    float *dy = half_copy(&al->dq, l.delta, nout, dtype);
-    count_flushed(al->owner, l.delta, dy, nout);
-    const float *w = half_weights(al, &l, l.nweights, dtype);
-    const float *x = rounded_input(al, net, (size_t)l.inputs * l.batch, dtype);
-    float *dw = zeroed(&al->tmp, l.nweights);
+    const half_operands o = backward_operands(al, &l, net, l.nweights, dtype);
+    float *dy = o.dy, *dw = o.dw;
+    const float *w = o.w, *x = o.x;
     float *dx = net.delta ? reserve(&al->gx, chw) : NULL;
     for (int i = 0; i < l.batch; ++i) {
         float *col = net.workspace;
@@ -274,16 +291,13 @@ static void connected_backward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
     amp_dtype dtype = al->owner->scaler->opt.dtype;
-    size_t nout = (size_t)l.outputs * l.batch, nw = (size_t)l.inputs * l.outputs;
+    size_t nw = (size_t)l.inputs * l.outputs;
 
     amp_tail_backward(l, net, l.outputs, 1);
 
-    float *dy = half_copy(&al->dq, l.delta, nout, dtype);
-    count_flushed(al->owner, l.delta, dy, nout);
-    const float *w = half_weights(al, &l, nw, dtype);
-
-    const float *x = rounded_input(al, net, (size_t)l.inputs * l.batch, dtype);
-    float *dw = zeroed(&al->tmp, nw);
+    const half_operands o = backward_operands(al, &l, net, nw, dtype);
+    float *dy = o.dy, *dw = o.dw;
+    const float *w = o.w, *x = o.x;
     gemm(1, 0, l.outputs, l.inputs, l.batch, 1, dy, l.outputs, (float *)x, l.inputs, 1, dw,
          l.inputs);
     add_half(dtype, dw, nw, l.weight_updates);
@@ -334,11 +348,9 @@ static void local_backward(layer l, network net)
     for (int i = 0; i < l.batch; ++i)
         axpy_cpu(l.outputs, 1, l.delta + (size_t)i * l.outputs, 1, l.bias_updates, 1);
 
-    float *dy = half_copy(&al->dq, l.delta, nout, dtype);
-    count_flushed(al->owner, l.delta, dy, nout);
-    const float *w = half_weights(al, &l, nw, dtype);
-    const float *x = rounded_input(al, net, (size_t)l.inputs * l.batch, dtype);
-    float *dw = zeroed(&al->tmp, nw);
+    const half_operands o = backward_operands(al, &l, net, nw, dtype);
+    float *dy = o.dy, *dw = o.dw;
+    const float *w = o.w, *x = o.x;
     for (int i = 0; i < l.batch; ++i) {
         im2col_cpu((float *)x + (size_t)i * l.inputs, l.c, l.h, l.w, l.size, l.stride, l.pad,
                    net.workspace);

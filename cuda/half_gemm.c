@@ -4,7 +4,8 @@
  * emulation's rounding points (plugin/cpu_half.c connected_forward/backward,
  * deconv_forward/backward).
  *
- * Each GEMM writes float32 (beta = 0) and a kernel rounds the result to the
+ * Each GEMM writes float32 (beta = 0, or 1 where a deconvolution's weight
+ * gradient is summed over the batch) and a kernel rounds the result to the
  * half dtype: with a half C, cuBLAS may do split-K reductions in the output
  * type (unless CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION is set on
  * the handle, which is darknet's and shared), adding rounding points the

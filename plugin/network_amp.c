@@ -135,6 +135,11 @@ int amp_subs_install(amp_layer *al, layer *l, int gpu, amp_sub_install_fn instal
     for (int k = 0; k < n; ++k) {
         amp_layer *sa = &al->subs[k];
         layer *sub = subs[k];
+        if (!sub) {
+            snprintf(why, whylen, "sub-layer %s missing", names[k]);
+            amp_subs_free(al, gpu, free_one);
+            return 0;
+        }
         sa->owner = al->owner;
         sa->index = al->index;
         sa->half_allowed = 1;
@@ -152,7 +157,7 @@ int amp_subs_install(amp_layer *al, layer *l, int gpu, amp_sub_install_fn instal
         }
 #endif
         char sub_why[256] = "";
-        if (!sub || !install(sa, sub, ctx, sub_why, sizeof sub_why)) {
+        if (!install(sa, sub, ctx, sub_why, sizeof sub_why)) {
             snprintf(why, whylen, "sub-layer %s: %s", names[k], sub_why);
             amp_subs_free(al, gpu, free_one);
             return 0;
@@ -449,6 +454,8 @@ nomem:
 void amp_net_free(amp_net *an)
 {
     if (!an) return;
+    /* not yet printed; before the half layers' records (sub-layers') go */
+    if (an->profile == 1 && an->scaler && an->net) amp_profile_print(an, stderr);
 #ifdef GPU
     amp_gpu_detach(an); /* a GPU network: unscaled, unwrapped and freed there */
 #endif
@@ -470,7 +477,6 @@ void amp_net_free(amp_net *an)
             net->layers[i].hook_data = NULL;
         }
     }
-    if (an->profile == 1 && an->scaler && net) amp_profile_print(an, stderr); /* not yet printed */
     amp_onednn_ctx_free(an);
     if (net && net->hook_data == an) net->hook_data = NULL;
     if (an->owns_scaler) amp_scaler_free(an->scaler);

@@ -84,12 +84,28 @@ static void print_by_type(const amp_net *an, FILE *out)
             "loss scaling", an->prof_scaling_s, 100 * an->prof_scaling_s / total);
 }
 
+/* A half layer's own times and work, with its sub-layers' for a recurrent
+ * layer (each sub-layer keeps its own record). */
+static amp_layer_profile half_profile(const amp_layer *al)
+{
+    amp_layer_profile sum = al->prof;
+    for (int k = 0; k < al->nsubs; ++k) {
+        const amp_layer_profile *p = &al->subs[k].prof;
+        sum.fwd_s += p->fwd_s;
+        sum.bwd_s += p->bwd_s;
+        sum.gemm_s += p->gemm_s;
+        sum.gflop += p->gflop;
+        sum.calls += p->calls;
+    }
+    return sum;
+}
+
 void amp_profile_print(const amp_net *an, FILE *out)
 {
     print_by_type(an, out);
     amp_layer_profile sum = {0};
     for (int i = 0; i < an->net->n; ++i) {
-        const amp_layer_profile *p = &an->layers[i].prof;
+        const amp_layer_profile own = half_profile(&an->layers[i]), *p = &own;
         if (!p->calls) continue;
         const layer *l = &an->net->layers[i];
         fprintf(out,

@@ -111,6 +111,22 @@ int amp_sublayers(const layer *l, layer **subs, const char **names)
     return count;
 }
 
+/* Points a sub-layer's CPU pointers, or (gpu) its _gpu ones, at fwd and bwd. */
+static void set_sub_pointers(layer *sub, int gpu, void (*fwd)(struct layer, struct network),
+                             void (*bwd)(struct layer, struct network))
+{
+    if (!gpu) {
+        sub->forward = fwd;
+        sub->backward = bwd;
+    }
+#ifdef GPU
+    else {
+        sub->forward_gpu = fwd;
+        sub->backward_gpu = bwd;
+    }
+#endif
+}
+
 /* Half execution of a recurrent layer is half execution of its sub-layers:
  * a record per sub-layer (amp_layer.subs), each installed by install() as a
  * layer of its own would be, and the sub-layer's pointers (the CPU or the
@@ -165,16 +181,7 @@ int amp_subs_install(amp_layer *al, layer *l, int gpu, amp_sub_install_fn instal
     }
     for (int k = 0; k < n; ++k) {
         amp_layer *sa = &al->subs[k];
-        if (!gpu) {
-            sa->sub->forward = sa->forward;
-            sa->sub->backward = sa->backward;
-        }
-#ifdef GPU
-        else {
-            sa->sub->forward_gpu = sa->forward;
-            sa->sub->backward_gpu = sa->backward;
-        }
-#endif
+        set_sub_pointers(sa->sub, gpu, sa->forward, sa->backward);
         sa->sub->hook_data = sa;
     }
     al->backend = al->subs[0].backend;
@@ -187,16 +194,7 @@ void amp_subs_free(amp_layer *al, int gpu, void (*free_one)(amp_layer *))
         amp_layer *sa = &al->subs[k];
         if (free_one) free_one(sa);
         if (!sa->sub || sa->sub->hook_data != sa) continue; /* never installed */
-        if (!gpu) {
-            sa->sub->forward = sa->orig_forward;
-            sa->sub->backward = sa->orig_backward;
-        }
-#ifdef GPU
-        else {
-            sa->sub->forward_gpu = sa->orig_forward;
-            sa->sub->backward_gpu = sa->orig_backward;
-        }
-#endif
+        set_sub_pointers(sa->sub, gpu, sa->orig_forward, sa->orig_backward);
         sa->sub->hook_data = NULL;
     }
     free(al->subs);

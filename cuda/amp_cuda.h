@@ -89,6 +89,10 @@ int amp_cuda_begin_batch(const amp_mt_table *t, amp_gpu_state *state, cudaStream
                          char *err, size_t errlen);
 int amp_cuda_scale_delta(float *delta, size_t n, const amp_gpu_state *state, cudaStream_t stream,
                          char *err, size_t errlen);
+/* A connected layer's incoming gradient clipped to [-batch_scale, batch_scale]
+ * (darknet's constrain_gpu(delta, 1) in true units; inf and NaN kept). */
+int amp_cuda_clip_delta(float *delta, size_t n, const amp_gpu_state *state, cudaStream_t stream,
+                        char *err, size_t errlen);
 
 /* gate.cu: y = x for every span, only when *flag != 0 (a skipped step's
  * save and restore, decided on the device). to_y: copy x into y, else y into x. */

@@ -80,6 +80,11 @@ void amp_gpu_fail(amp_net *an, const char *msg)
     fail(an, msg);
 }
 
+const struct amp_gpu_state *amp_gpu_dev_state(const amp_net *an)
+{
+    return an->gpu->dev;
+}
+
 static void describe(const amp_net *an, int k, char *out, size_t size)
 {
     if (k < 0 || k >= an->ntensors) {
@@ -481,6 +486,17 @@ amp_status amp_gpu_attach(amp_net *an, char *err, size_t errlen)
             }
         } else if (al->precision == AMP_PRECISION_HALF) {
             al->precision = AMP_PRECISION_FALLBACK;
+        }
+        /* A float32 layer that clips its gradient clips it at the scale. */
+        if (gl->run_backward == gl->backward_gpu && !al->subs && l->backward_gpu &&
+            (l->type == CONNECTED || l->type == RNN || l->type == GRU || l->type == LSTM)) {
+            char why[256];
+            if (!amp_gpu_clip_install(al, l, &gl->run_backward, why, sizeof why)) {
+                amp_errorf(err, errlen, "amp: layer %d [%s]: %s", i, get_layer_string(l->type),
+                           why);
+                st = AMP_ERR_NOMEM;
+                goto fail;
+            }
         }
         int params = l->update_gpu != NULL;
         if (l->cost && l->forward_gpu) l->forward_gpu = wrap_forward_gpu;

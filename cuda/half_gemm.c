@@ -14,9 +14,14 @@
  * into weight_updates_gpu (the momentum history) and net.delta_gpu.
  *
  * The float32 tails are darknet's GPU ones (forward_connected_layer_gpu,
- * backward_connected_layer_gpu), including its constrain_gpu(delta, 1),
- * which darknet's CPU backward does not have: the half layer replaces the
- * GPU layer, so it keeps the GPU layer's semantics.
+ * backward_connected_layer_gpu), including its gradient clip, which
+ * darknet's CPU backward does not have: the half layer replaces the GPU
+ * layer, so it keeps the GPU layer's semantics. darknet clips the incoming
+ * delta to [-1, 1]; under a loss scale S that delta is S times the true one,
+ * so the clip acts at S (grad_math.h's amp_clip_scaled, S read on the
+ * device): the same clip in true units. amp_connected_backward_f32 is
+ * darknet's float32 backward with that clip, for the connected layers (and
+ * sub-layers) that stay float32 in an AMP network on the GPU.
  */
 #include "half_gpu.h"
 #include "amp_cuda.h"
@@ -28,6 +33,7 @@
 #include "blas.h"
 #include "col2im.h"
 #include "cuda.h" /* darknet's: blas_handle() */
+#include "gemm.h"
 #include "im2col.h"
 
 /* darknet's row-major gemm_gpu arguments, half A and B, float32 C; beta 0
@@ -103,7 +109,7 @@ void amp_cublas_connected_backward(layer l, network net)
     if (an->error[0]) return;
     TRY(!reserve_all(h, &l, err, sizeof err));
     size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
-    constrain_gpu(l.outputs * l.batch, 1, l.delta_gpu, 1);
+    TRY(amp_cuda_clip_delta(l.delta_gpu, nout, amp_gpu_dev_state(an), 0, err, sizeof err));
     gradient_array_gpu(l.output_gpu, l.outputs * l.batch, l.activation, l.delta_gpu);
     if (l.batch_normalize) backward_batchnorm_layer_gpu(l, net);
     else backward_bias_gpu(l.bias_updates_gpu, l.delta_gpu, l.batch, l.outputs, 1);
@@ -119,6 +125,25 @@ void amp_cublas_connected_backward(layer l, network net)
     TRY(gemm_half(h->dtype, 0, 0, l.batch, l.inputs, l.outputs, x->y.p, l.outputs, w, l.inputs,
                   0, x->dx.p, l.inputs, err, sizeof err));
     TRY(amp_cuda_add_rounded(x->dx.p, net.delta_gpu, nin, h->dtype, 0, err, sizeof err));
+}
+
+void amp_connected_backward_f32(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    amp_net *an = al->owner;
+    char err[384];
+    if (an->error[0]) return;
+    /* backward_connected_layer_gpu, call for call, but the clip */
+    TRY(amp_cuda_clip_delta(l.delta_gpu, (size_t)l.outputs * l.batch, amp_gpu_dev_state(an), 0,
+                            err, sizeof err));
+    gradient_array_gpu(l.output_gpu, l.outputs * l.batch, l.activation, l.delta_gpu);
+    if (l.batch_normalize) backward_batchnorm_layer_gpu(l, net);
+    else backward_bias_gpu(l.bias_updates_gpu, l.delta_gpu, l.batch, l.outputs, 1);
+    gemm_gpu(1, 0, l.outputs, l.inputs, l.batch, 1, l.delta_gpu, l.outputs, net.input_gpu,
+             l.inputs, 1, l.weight_updates_gpu, l.inputs);
+    if (net.delta_gpu)
+        gemm_gpu(0, 0, l.batch, l.inputs, l.outputs, 1, l.delta_gpu, l.outputs, l.weights_gpu,
+                 l.inputs, 1, net.delta_gpu, l.inputs);
 }
 
 /* Deconvolutions, darknet's way (deconvolutional_kernels.cu): per image, a

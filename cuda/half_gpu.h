@@ -62,9 +62,18 @@ int amp_gpu_half_install(amp_layer *al, layer *l, amp_gpu_half_ctx *ctx,
                          void (**fwd)(struct layer, struct network),
                          void (**bwd)(struct layer, struct network), char *why, size_t whylen);
 void amp_gpu_half_free(amp_layer *al);
+/* A float32 layer whose GPU backward clips its incoming gradient (connected,
+ * and the connected sub-layers of rnn, gru and lstm): installs darknet's
+ * backward with the clip at the batch's loss scale instead of at 1, into *bwd
+ * or on the sub-layers (1), or says why not (0). */
+int amp_gpu_clip_install(amp_layer *al, layer *l, void (**bwd)(struct layer, struct network),
+                         char *why, size_t whylen);
 /* amp_gpu.c: a failure inside a layer callback, kept as the network's fatal
  * error (the training loop stops on it). */
 void amp_gpu_fail(amp_net *an, const char *msg);
+/* amp_gpu.c: the network's device state, where the batch's loss scale is. */
+struct amp_gpu_state;
+const struct amp_gpu_state *amp_gpu_dev_state(const amp_net *an);
 
 /* half_conv.c */
 int amp_cudnn_conv_setup(amp_layer *al, const layer *l, char *why, size_t whylen);
@@ -76,6 +85,8 @@ void amp_cudnn_conv_backward(struct layer l, struct network net);
 int amp_cublas_connected_setup(amp_layer *al, const layer *l, char *why, size_t whylen);
 void amp_cublas_connected_forward(struct layer l, struct network net);
 void amp_cublas_connected_backward(struct layer l, struct network net);
+/* darknet's float32 backward_connected_layer_gpu with the clip at the scale */
+void amp_connected_backward_f32(struct layer l, struct network net);
 int amp_cublas_deconv_setup(amp_layer *al, const layer *l, char *why, size_t whylen);
 void amp_cublas_deconv_forward(struct layer l, struct network net);
 void amp_cublas_deconv_backward(struct layer l, struct network net);

@@ -68,6 +68,28 @@ static int install_sub(amp_layer *sa, layer *sub, void *ctx, char *why, size_t w
     return 1;
 }
 
+/* A connected sub-layer of rnn, gru or lstm that stays float32. */
+static int install_sub_clip(amp_layer *sa, layer *sub, void *ctx, char *why, size_t whylen)
+{
+    (void)ctx;
+    if (sub->type != CONNECTED) {
+        snprintf(why, whylen, "a [%s] sub-layer", get_layer_string(sub->type));
+        return 0;
+    }
+    sa->backward = amp_connected_backward_f32;
+    return 1;
+}
+
+int amp_gpu_clip_install(amp_layer *al, layer *l, void (**bwd)(struct layer, struct network),
+                         char *why, size_t whylen)
+{
+    if (l->type == CONNECTED) {
+        *bwd = amp_connected_backward_f32;
+        return 1;
+    }
+    return amp_subs_install(al, l, 1, install_sub_clip, amp_gpu_half_free, NULL, why, whylen);
+}
+
 int amp_gpu_half_install(amp_layer *al, layer *l, amp_gpu_half_ctx *ctx,
                          void (**fwd)(struct layer, struct network),
                          void (**bwd)(struct layer, struct network), char *why, size_t whylen)

@@ -3,7 +3,9 @@
  * by the loss scale S, read from the device state, so the host needs no copy
  * of S (docs/design.md, "Gradients and momentum"). And the loss layers'
  * delta *= S after their forward. Both multiplications are grad_math.h's
- * amp_mul_rn, the CPU core's, exact for a power of two.
+ * amp_mul_rn, the CPU core's, exact for a power of two. Also the connected
+ * layers' gradient clip at S (grad_math.h's amp_clip_scaled), which reads
+ * the batch's S from the same state.
  */
 #include "amp_cuda.h"
 #include "cuda_check.h"
@@ -44,6 +46,20 @@ static __global__ void scale_delta_kernel(float *x, size_t n, const amp_gpu_stat
         x[i] = amp_mul_rn(x[i], k);
 }
 
+static __global__ void clip_delta_kernel(float *x, size_t n, const amp_gpu_state *state)
+{
+    const float k = state->batch_scale;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = amp_clip_scaled(x[i], k);
+}
+
+static unsigned int grid_for(size_t n)
+{
+    size_t blocks = (n + 255) / 256;
+    return (unsigned int)(blocks > 65535 ? 65535 : blocks);
+}
+
 extern "C" int amp_cuda_begin_batch(const amp_mt_table *t, amp_gpu_state *state,
                                     cudaStream_t stream, char *err, size_t errlen)
 {
@@ -56,8 +72,14 @@ extern "C" int amp_cuda_scale_delta(float *delta, size_t n, const amp_gpu_state 
                                     cudaStream_t stream, char *err, size_t errlen)
 {
     if (!n) return 0;
-    size_t blocks = (n + 255) / 256;
-    if (blocks > 65535) blocks = 65535;
-    scale_delta_kernel<<<(unsigned int)blocks, 256, 0, stream>>>(delta, n, state);
+    scale_delta_kernel<<<grid_for(n), 256, 0, stream>>>(delta, n, state);
+    return AMP_CUDA_LAUNCHED(err, errlen);
+}
+
+extern "C" int amp_cuda_clip_delta(float *delta, size_t n, const amp_gpu_state *state,
+                                   cudaStream_t stream, char *err, size_t errlen)
+{
+    if (!n) return 0;
+    clip_delta_kernel<<<grid_for(n), 256, 0, stream>>>(delta, n, state);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }

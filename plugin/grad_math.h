@@ -55,4 +55,19 @@ AMP_HD static inline uint32_t amp_unscale_check(float *g, float inv)
     return amp_nonfinite_bits(u);
 }
 
+/* darknet's GPU connected layer clips its incoming gradient to [-1, 1]
+ * (constrain_gpu(delta, 1), the connected sub-layers of rnn, gru and lstm at
+ * every time step). Under a loss scale S the delta is S times the true one,
+ * so the clip must act at S to keep its meaning in true units: this clips x
+ * to [-s, s]. For finite x it is darknet's fminf(s, fmaxf(-s, x)); with s a
+ * power of two, clip(S*d, S) == S*clip(d, 1) exactly, so amp_dtype=float32
+ * trains bit for bit like FP32. An inf or NaN passes through unclipped
+ * (darknet's turns NaN into -s and inf into s): it is an overflow, which the
+ * step's check must see and skip, not a large gradient. */
+AMP_HD static inline float amp_clip_scaled(float x, float s)
+{
+    if (amp_nonfinite_bits(x)) return x;
+    return x > s ? s : x < -s ? -s : x; /* fminf(s, fmaxf(-s, x)) for finite x */
+}
+
 #endif

@@ -4,7 +4,8 @@
  * conversions for every non-NaN input, the claim half.h makes), the fused
  * unscale + check with inf and NaN injected into chosen tensors (the flag
  * names the last one), the batch start, the gated copies, and a scale update
- * trace against amp_scale_update on the host. Exit 77 without a device. */
+ * trace against amp_scale_update on the host, the connected layers' gradient
+ * clip at the scale. Exit 77 without a device. */
 #include "amp_cuda.h"
 #include "grad_math.h"
 #include "half.h"
@@ -309,6 +310,41 @@ static void rounding(void)
     cudaFree(dy);
 }
 
+/* The connected layers' gradient clip at the batch's scale (amp_cuda_clip_delta)
+ * against grad_math.h's amp_clip_scaled on the host: any pattern, the scale
+ * read from the device state. */
+static void clip(void)
+{
+    const size_t n = 1 << 20;
+    std::vector<float> x(n), got(n);
+    srand(9);
+    for (size_t i = 0; i < n; ++i) {
+        uint32_t u = ((uint32_t)rand() << 16) ^ (uint32_t)rand();
+        x[i] = i % 4 ? amp_f32_from_bits(u) : (float)(rand() % 4001 - 2000) * 64; /* near S */
+    }
+    float *dx = dev<float>(n);
+    amp_gpu_state st;
+    memset(&st, 0, sizeof st);
+    amp_gpu_state *dst = dev<amp_gpu_state>(1);
+    const float scales[] = {1.0f, 65536.0f};
+    for (int k = 0; k < 2; ++k) {
+        st.batch_scale = scales[k];
+        CUDA(cudaMemcpy(dst, &st, sizeof st, cudaMemcpyHostToDevice));
+        CUDA(cudaMemcpy(dx, x.data(), n * 4, cudaMemcpyHostToDevice));
+        LAUNCH(amp_cuda_clip_delta(dx, n, dst, 0, ERR));
+        CUDA(cudaMemcpy(got.data(), dx, n * 4, cudaMemcpyDeviceToHost));
+        size_t bad = 0;
+        for (size_t i = 0; i < n; ++i) {
+            float want = amp_clip_scaled(x[i], scales[k]);
+            bad += !(amp_f32_bits(got[i]) == amp_f32_bits(want) || (want != want && got[i] != got[i]));
+        }
+        CHECK(bad == 0, "gradient clip at S = %g on the device, %zu patterns: %zu differ from "
+              "grad_math.h", scales[k], n, bad);
+    }
+    cudaFree(dx);
+    cudaFree(dst);
+}
+
 int main(void)
 {
     int ndev = 0;
@@ -320,6 +356,7 @@ int main(void)
     rounding();
     unscale_check();
     scale_trace();
+    clip();
     printf("%s: %d failed checks\n", failures ? "FAIL" : "PASS", failures);
     return failures != 0;
 }

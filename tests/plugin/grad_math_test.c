@@ -1,5 +1,6 @@
-/* plugin/grad_math.h, the element math of the unscale + non-finite check that
- * the CPU core and the CUDA kernel share, on hand-derived cases (inf, NaN with
+/* plugin/grad_math.h, the element math of the unscale + non-finite check and
+ * of the connected layers' scaled gradient clip that the CPU core and the
+ * CUDA kernels share, on hand-derived cases (inf, NaN with
  * payloads, subnormals, the float16/bfloat16 edge values) and against the
  * plain expressions the CPU core used before it was shared (x * k, isfinite)
  * over every float exponent and random significands. Exact comparisons
@@ -87,5 +88,43 @@ int main(void)
                 bad += !agrees(from_bits(bits), factors[f]);
         }
     CHECK(bad == 0, "unscale_check == (x * k, !isfinite) on %lu cases: %lu differ", cases, bad);
+
+    /* The connected layers' gradient clip in scaled units: at a power-of-two
+     * S, clip(S*d, S) is S times darknet's clip(d, 1), bit for bit, on every
+     * exponent; S = 1 is darknet's own clip; inf and NaN pass through. */
+    const float scales[] = {1.0f, 2.0f, 0x1p8f, 0x1p16f, 0x1p24f, 0x1p-4f};
+    unsigned long ccases = 0, cbad = 0, dbad = 0;
+    for (uint32_t e = 0; e < 255; ++e) /* finite exponents */
+        for (int r = 0; r < 400; ++r) {
+            uint32_t m = ((uint32_t)rand() << 8 ^ (uint32_t)rand()) & 0x7fffffu;
+            float d = from_bits((uint32_t)(r & 1) << 31 | e << 23 | m);
+            float darknet = fminf(1.0f, fmaxf(-1.0f, d)); /* constrain_gpu(delta, 1) */
+            dbad += amp_f32_bits(amp_clip_scaled(d, 1.0f)) != amp_f32_bits(darknet);
+            for (size_t k = 0; k < sizeof scales / sizeof scales[0]; ++k) {
+                float sd = d * scales[k];
+                if (!isfinite(sd) || (sd != 0 && fabsf(sd) < FLT_MIN)) continue; /* S*d inexact */
+                ++ccases;
+                cbad += amp_f32_bits(amp_clip_scaled(sd, scales[k])) !=
+                        amp_f32_bits(darknet * scales[k]);
+            }
+        }
+    CHECK(dbad == 0, "clip at S = 1 is darknet's constrain_gpu(delta, 1): %lu of %d differ", dbad,
+          255 * 400);
+    CHECK(cbad == 0, "clip(S*d, S) == S*clip(d, 1) bit for bit on %lu cases (S = 2^0 .. 2^24, "
+                     "2^-4): %lu differ", ccases, cbad);
+    struct { float x, s, want; const char *what; } clip[] = {
+        {3.0f * 65536, 65536, 65536, "3 in true units at S = 2^16: clipped to 1 in true units"},
+        {-0.25f * 65536, 65536, -0.25f * 65536, "-0.25 in true units: unchanged"},
+        {2.0f, 65536, 2.0f, "2/S (tiny true gradient) untouched, not clipped at 1"},
+        {inf, 65536, inf, "inf passes through (an overflow for the step's check)"},
+        {-inf, 1, -inf, "-inf passes through at S = 1 too"},
+    };
+    for (size_t i = 0; i < sizeof clip / sizeof clip[0]; ++i) {
+        float got = amp_clip_scaled(clip[i].x, clip[i].s);
+        CHECK(amp_f32_bits(got) == amp_f32_bits(clip[i].want), "%s: clip(%g, %g) = %g (want %g)",
+              clip[i].what, clip[i].x, clip[i].s, got, clip[i].want);
+    }
+    CHECK(isnan(amp_clip_scaled(from_bits(0x7fc12345u), 65536)),
+          "NaN passes through (darknet's clip turns it into -1)");
     return check_report();
 }

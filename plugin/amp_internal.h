@@ -50,6 +50,17 @@ typedef enum amp_backend {
     AMP_BACKEND_COUNT
 } amp_backend;
 
+/* The formula a half layer's float32 batch-norm uses on the CPU (cpu_tail.c).
+ * darknet's CPU batch-norm and its GPU one (cuDNN) differ: unbiased variance
+ * and sqrt(var) + 1e-6, against biased variance and sqrt(var + 1e-5); with 4
+ * values per channel the normalised values differ by 15%. The CPU runs
+ * darknet's; the GPU half layers' tests set AMP_BN_CUDNN on their CPU
+ * reference, to compare like with like. */
+typedef enum amp_bn_formula {
+    AMP_BN_DARKNET_CPU, /* darknet's forward_batchnorm_layer */
+    AMP_BN_CUDNN        /* cudnnBatchNormalizationForwardTraining, as darknet calls it */
+} amp_bn_formula;
+
 /* DARKNET_AMP_CPU: which backend half layers get (docs/cfg.md). */
 typedef enum amp_cpu_path {
     AMP_CPU_AUTO,    /* oneDNN for bfloat16 where it has an optimised kernel */
@@ -154,6 +165,7 @@ struct amp_net {
     char error[512];    /* a fatal condition for the training loop */
     char cfgfile[256];
     amp_cpu_path cpu_path;
+    amp_bn_formula bn_formula; /* of the half layers' batch-norm (tests of the GPU set cuDNN's) */
     struct amp_dnnl_ctx *dnnl;  /* oneDNN engine and stream, NULL until needed */
     struct amp_gpu_net *gpu;    /* cuda/amp_gpu.c: the network trains on a GPU; else NULL */
     int profile;        /* DARKNET_AMP_PROFILE: 1 on, 2 on and printed */
@@ -203,7 +215,7 @@ void amp_emulated_conv_forward(layer l, network net);
 void amp_emulated_conv_backward(layer l, network net);
 /* The float32 parts of a half layer (cpu_tail.c): batch-norm or bias, then the
  * activation, and their gradients; multi-threaded, same results as darknet's. */
-void amp_tail_forward(layer l, network net, int nbias, int bias_size);
+void amp_tail_forward(layer l, network net, int nbias, int bias_size, amp_bn_formula bn);
 void amp_tail_backward(layer l, network net, int nbias, int bias_size);
 
 /* cpu_maxpool.c: darknet's max-pooling, multi-threaded, same results. */

@@ -90,7 +90,8 @@ static void finish_forward(layer l, network net, amp_dtype dtype, int nbias, int
 {
     size_t nout = (size_t)l.outputs * l.batch;
     round_half(dtype, l.output, nout);
-    amp_tail_forward(l, net, nbias, bias_size);
+    const amp_layer *al = l.hook_data;
+    amp_tail_forward(l, net, nbias, bias_size, al->owner->bn_formula);
 }
 
 /* DARKNET_AMP_PROFILE: one call's times and work (2 flops per multiply-add). */

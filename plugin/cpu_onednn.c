@@ -416,7 +416,7 @@ static void conv_forward(layer l, network net)
     d->onednn_forward = 1;
     double t1 = al->owner->profile ? amp_clock() : 0;
     /* l.output holds the half-rounded convolution (y is bfloat16) */
-    amp_tail_forward(l, net, l.n, l.out_h * l.out_w);
+    amp_tail_forward(l, net, l.n, l.out_h * l.out_w, al->owner->bn_formula);
     if (al->owner->profile) {
         al->prof.fwd_s += amp_clock() - t0;
         al->prof.gemm_s += t1 - t0;

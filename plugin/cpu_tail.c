@@ -11,6 +11,13 @@
  * darknet's double, so results can differ from darknet's by an ulp or two
  * (integration.onednn_conv compares them, element by element, through the
  * oneDNN path in float32).
+ *
+ * Batch-norm's forward has a second formula, cuDNN's as darknet's GPU layers
+ * call it (amp_bn_formula): biased variance and sqrt(var + 1e-5), the
+ * rolling variance fed the unbiased one. The tests of the GPU half layers
+ * give it to their CPU reference (unit.bn_formula checks it). The backward
+ * needs none: darknet's CPU backward already uses var + 1e-5, and with the
+ * biased variance it is the exact gradient of cuDNN's forward.
  */
 #include "amp_internal.h"
 
@@ -57,7 +64,7 @@ static void gradient_slice(float *d, const float *y, int size, ACTIVATION a)
     }
 }
 
-void amp_tail_forward(layer l, network net, int nbias, int bias_size)
+void amp_tail_forward(layer l, network net, int nbias, int bias_size, amp_bn_formula bn)
 {
     const int batch = l.batch, n = nbias, size = bias_size;
     const ACTIVATION a = l.activation;
@@ -72,7 +79,10 @@ void amp_tail_forward(layer l, network net, int nbias, int bias_size)
             }
         return;
     }
-    const float mscale = 1.f / (batch * size), vscale = 1.f / (batch * size - 1);
+    const int cudnn = bn == AMP_BN_CUDNN, count = batch * size;
+    const float mscale = 1.f / count, vscale = 1.f / (cudnn ? count : count - 1);
+    /* cuDNN's running variance takes the unbiased estimate */
+    const float unbias = cudnn && count > 1 ? (float)count / (count - 1) : 1.f;
 #pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
     for (int f = 0; f < n; ++f) {
         float mean, var;
@@ -94,12 +104,13 @@ void amp_tail_forward(layer l, network net, int nbias, int bias_size)
             l.mean[f] = mean;
             l.variance[f] = var;
             l.rolling_mean[f] = .99f * l.rolling_mean[f] + .01f * mean;
-            l.rolling_variance[f] = .99f * l.rolling_variance[f] + .01f * var;
+            l.rolling_variance[f] = .99f * l.rolling_variance[f] + .01f * (var * unbias);
         } else {
             mean = l.rolling_mean[f];
             var = l.rolling_variance[f];
         }
-        const float den = sqrtf(var) + .000001f, sc = l.scales[f], bi = l.biases[f];
+        const float den = cudnn ? sqrtf(var + .00001f) : sqrtf(var) + .000001f;
+        const float sc = l.scales[f], bi = l.biases[f];
         for (int b = 0; b < batch; ++b) {
             const long o = ((long)b * n + f) * size;
             float *p = y + o, *x = l.x + o, *xn = l.x_norm + o;

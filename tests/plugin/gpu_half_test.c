@@ -21,6 +21,11 @@
  *   vs emulation: the CPU emulation (DARKNET_AMP_CPU=emulate) of the dtype
  *                 vs  the GPU half layers: the same rounding points, only the
  *                 order of the float32 sums (and cuDNN's algorithms) differ.
+ *                 The emulation's batch-norm uses cuDNN's formula here
+ *                 (biased variance, sqrt(var + 1e-5)), which darknet's GPU
+ *                 layers run, not darknet's CPU one (unbiased variance,
+ *                 sqrt(var) + 1e-6): at batch 4 those differ by 15%
+ *                 (unit.bn_formula).
  * Each pair: every layer's output, then after one backward pass every
  * layer's delta and weight/bias/scale gradients; again after new weights
  * (pushed to the device, weights_version bumped as a load does: the half
@@ -82,6 +87,10 @@ static double eps_of(amp_dtype t)
 /* DARKNET_AMP_CPU for the CPU half networks: "emulate" (--emulation, and the
  * GPU pairs' reference), or "auto" (--cpu). */
 static const char *cpu_path = "emulate";
+/* The batch-norm formula of the CPU half networks: darknet's CPU one against
+ * CPU float32 (--emulation, --cpu), cuDNN's as the reference of the GPU half
+ * layers, whose batch-norm is darknet's GPU one (cuDNN): like with like. */
+static amp_bn_formula cpu_bn = AMP_BN_DARKNET_CPU;
 
 static network *build(const char *cfg, int dev, int amp, amp_dtype dtype)
 {
@@ -105,6 +114,7 @@ static network *build(const char *cfg, int dev, int amp, amp_dtype dtype)
         printf("FAIL: attach (%s, %s): %s\n", amp_dtype_name(dtype), dev ? "GPU" : "CPU", err);
         exit(1);
     }
+    if (!dev) amp_net_of(net)->bn_formula = cpu_bn;
     amp_policy_print(amp_net_of(net), stdout);
     return net;
 }
@@ -399,6 +409,7 @@ int main(int argc, char **argv)
             continue;
         }
         cuda_set_device(0);
+        cpu_bn = AMP_BN_CUDNN;
         /* --no-cpu-reference: a cfg whose layers darknet cannot run on the CPU
          * (rnn, lstm: upstream's CPU code writes out of bounds or crashes) is
          * compared with darknet's float32 GPU layers only */

@@ -141,7 +141,8 @@ void amp_gpu_push_state(amp_net *an)
     struct amp_gpu_net *g = an ? an->gpu : NULL;
     if (!g) return;
     char err[256];
-    amp_gpu_poll(an, 1);
+    /* The caller polled before it replaced an->scaler->state (amp_load_state):
+     * polling here would overwrite that state with the last step's. */
     if (AMP_CUDA_MSG(cudaMemcpy(&g->dev->st, &an->scaler->state, sizeof an->scaler->state,
                                 cudaMemcpyHostToDevice), err, sizeof err))
         fail(an, err);

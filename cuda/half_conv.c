@@ -17,7 +17,8 @@
  *
  * Algorithms: cudnnGet*Algorithm_v7 for the half descriptors, the first
  * candidate cuDNN supports whose workspace fits AMP_GPU_WORKSPACE_LIMIT
- * (gpu_plan.c); chosen again when darknet resizes the network or changes the
+ * (gpu_plan.c), run with the math type the query reported for it (one
+ * descriptor serves the three passes, so it is set before each); chosen again when darknet resizes the network or changes the
  * batch. The half input is converted again in backward (same bits as in
  * forward, from the same net.input_gpu darknet's own backward reads) rather
  * than kept per layer: one conversion instead of half an activation map of
@@ -46,6 +47,9 @@ struct amp_cudnn_conv {
     cudnnConvolutionFwdAlgo_t fwd;
     cudnnConvolutionBwdDataAlgo_t bwd_data;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    /* The math type cuDNN's query reported with each algorithm: set on the
+     * convolution descriptor before that pass (and its workspace query). */
+    cudnnMathType_t fwd_math, bwd_data_math, bwd_filter_math;
     size_t ws_bytes;
 };
 
@@ -81,6 +85,7 @@ static int choose_algorithms(struct amp_cudnn_conv *c, cudnnHandle_t handle, cha
                                            perf[k].status == CUDNN_STATUS_SUCCESS, perf[k].memory};
         if ((i = amp_algo_pick(cand, n, AMP_GPU_WORKSPACE_LIMIT)) < 0) goto none_fwd;
         c->fwd = perf[i].algo;
+        c->fwd_math = perf[i].mathType;
     }
     {
         cudnnConvolutionBwdDataAlgoPerf_t perf[16];
@@ -91,6 +96,7 @@ static int choose_algorithms(struct amp_cudnn_conv *c, cudnnHandle_t handle, cha
                                            perf[k].status == CUDNN_STATUS_SUCCESS, perf[k].memory};
         if ((i = amp_algo_pick(cand, n, AMP_GPU_WORKSPACE_LIMIT)) < 0) goto none_bwd_data;
         c->bwd_data = perf[i].algo;
+        c->bwd_data_math = perf[i].mathType;
     }
     {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[16];
@@ -101,11 +107,15 @@ static int choose_algorithms(struct amp_cudnn_conv *c, cudnnHandle_t handle, cha
                                            perf[k].status == CUDNN_STATUS_SUCCESS, perf[k].memory};
         if ((i = amp_algo_pick(cand, n, AMP_GPU_WORKSPACE_LIMIT)) < 0) goto none_bwd_filter;
         c->bwd_filter = perf[i].algo;
+        c->bwd_filter_math = perf[i].mathType;
     }
     size_t a = 0, b = 0, f = 0;
+    TRY(cudnnSetConvolutionMathType(c->conv, c->fwd_math));
     TRY(cudnnGetConvolutionForwardWorkspaceSize(handle, c->x, c->wd, c->conv, c->y, c->fwd, &a));
+    TRY(cudnnSetConvolutionMathType(c->conv, c->bwd_data_math));
     TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(handle, c->wd, c->y, c->conv, c->x,
                                                      c->bwd_data, &b));
+    TRY(cudnnSetConvolutionMathType(c->conv, c->bwd_filter_math));
     TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, c->x, c->y, c->conv, c->wd,
                                                        c->bwd_filter, &f));
     c->ws_bytes = a > b ? a : b;
@@ -206,6 +216,7 @@ void amp_cudnn_conv_forward(layer l, network net)
     const uint16_t *w = amp_gpu_half_weights(al, l.weights_gpu, err, sizeof err);
     TRY(!w);
     TRY(amp_cuda_to_half(net.input_gpu, x->x.p, nin, h->dtype, 0, err, sizeof err));
+    TRY(AMP_CUDNN_MSG(cudnnSetConvolutionMathType(c->conv, c->fwd_math), err, sizeof err));
     TRY(AMP_CUDNN_MSG(cudnnConvolutionForward(cudnn_handle(), &one, c->x, x->x.p, c->wd, w,
                                               c->conv, c->fwd, x->ws.p, c->ws_bytes, &zero, c->y,
                                               x->y.p),
@@ -239,12 +250,14 @@ void amp_cudnn_conv_backward(layer l, network net)
     TRY(!w);
     TRY(amp_cuda_to_half(net.input_gpu, x->x.p, nin, h->dtype, 0, err, sizeof err));
     TRY(amp_cuda_to_half(l.delta_gpu, x->y.p, nout, h->dtype, 0, err, sizeof err));
+    TRY(AMP_CUDNN_MSG(cudnnSetConvolutionMathType(c->conv, c->bwd_filter_math), err, sizeof err));
     TRY(AMP_CUDNN_MSG(cudnnConvolutionBackwardFilter(cudnn_handle(), &one, c->x, x->x.p, c->y,
                                                      x->y.p, c->conv, c->bwd_filter, x->ws.p,
                                                      c->ws_bytes, &zero, c->wd, x->dw.p),
                       err, sizeof err));
     TRY(amp_cuda_add_half(x->dw.p, l.weight_updates_gpu, h->nw, h->dtype, 0, err, sizeof err));
     if (!net.delta_gpu) return;
+    TRY(AMP_CUDNN_MSG(cudnnSetConvolutionMathType(c->conv, c->bwd_data_math), err, sizeof err));
     TRY(AMP_CUDNN_MSG(cudnnConvolutionBackwardData(cudnn_handle(), &one, c->wd, w, c->y, x->y.p,
                                                    c->conv, c->bwd_data, x->ws.p, c->ws_bytes,
                                                    &zero, c->x, x->dx.p),

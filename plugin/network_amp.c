@@ -401,14 +401,16 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, char *err, size_t errlen)
         amp_status st = amp_parse_injection(an, spec, err, errlen);
         if (st != AMP_OK) return st;
     }
-    an->saved = malloc((an->nparams ? an->nparams : 1) * sizeof(float));
-    if (!an->saved) goto nomem;
     an->phase = AMP_PHASE_IDLE;
     an->first_update = -1;
     an->weights_version = 1;
 #ifdef GPU
     if (net->gpu_index >= 0) return amp_gpu_attach(an, err, errlen); /* cuda/amp_gpu.c */
 #endif
+    /* The batch-start copy of every history: on the host for a CPU network
+     * only (a GPU network keeps its copy on the device). */
+    an->saved = malloc((an->nparams ? an->nparams : 1) * sizeof(float));
+    if (!an->saved) goto nomem;
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];
         amp_layer *al = &an->layers[i];

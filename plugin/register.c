@@ -121,6 +121,11 @@ amp_status amp_load_state(network *net, const char *weights, int *found, char *e
         amp_errorf(err, errlen, "amp_load_state: %s", an ? "NULL path" : "AMP is not attached");
         return AMP_ERR_INVALID;
     }
+#ifdef GPU
+    /* Settle the device's last step first: its copy still in flight would
+     * otherwise land after the loaded state and overwrite it. */
+    amp_gpu_poll(an, 1);
+#endif
     amp_dtype dtype;
     amp_scale_state st;
     amp_status r = amp_state_file_read(weights, &dtype, &st, found, err, errlen);

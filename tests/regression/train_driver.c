@@ -5,7 +5,7 @@
  * (darknet.h of 2018), so the two builds run the same calls on the same data:
  *
  *   train_driver --cfg FILE --list FILE [--iters N] [--seed S]
- *                [--weights FILE] [--save FILE] [--offset K] [--grad-zeros]
+ *                [--weights FILE] [--save FILE] [--offset K] [--grad-zeros] [--time]
  *
  * srand(S) precedes everything (darknet draws its initial weights from rand()).
  * Iteration i trains on images i*B .. i*B+B-1 of the list (B = batch *
@@ -20,6 +20,13 @@
  * the batch's gradient before the update) adds to each line the fraction of
  * convolution weight-gradient elements that are exactly zero and, with AMP,
  * of the gradient elements entering half layers that rounding flushed to zero.
+ * --time (benchmarks, scripts/gpu-check) adds a line per iteration,
+ * "time ITER SECONDS CALLS MIB": the seconds train_network took, data loading
+ * excluded (on a GPU network, until the device finished the step: the driver
+ * then synchronises once, after reading the count); the blocking CUDA calls it
+ * made, when the counting shim tests/plugin/sync_count_shim.c is preloaded
+ * (else -1); the device memory in use (cudaMemGetInfo, the whole device; -1
+ * on the CPU). The other lines are unchanged.
  */
 #include "darknet.h"
 #ifdef DARKNET_AMP
@@ -30,12 +37,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#ifdef GPU
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#endif
 
 static void usage(void)
 {
     fprintf(stderr,
             "usage: train_driver --cfg FILE --list FILE [--iters N] [--seed S]\n"
-            "                    [--weights FILE] [--save FILE] [--offset K] [--grad-zeros]\n");
+            "                    [--weights FILE] [--save FILE] [--offset K] [--grad-zeros]\n"
+            "                    [--time]\n");
 }
 
 /* Reads the non-empty lines of a file into a NULL-terminated array. */
@@ -119,6 +132,42 @@ static uint64_t fnv1a_file(const char *path, long *bytes)
     return hash;
 }
 
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Blocking CUDA calls so far, from the counting shim when it is preloaded. */
+static long sync_calls(void)
+{
+#ifdef GPU
+    static long (*count)(void);
+    static int looked;
+    if (!looked++) *(void **)&count = dlsym(RTLD_DEFAULT, "sync_count_total");
+    if (count) return count();
+#endif
+    return -1;
+}
+
+/* --time: the device's share of the step (a GPU network's kernels may still
+ * run when train_network returns), and the device memory in use. */
+static double device_used_mib(const network *net)
+{
+#ifdef GPU
+    size_t free_b = 0, total_b = 0;
+    if (net->gpu_index >= 0) {
+        cudaDeviceSynchronize();
+        if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+            return (double)(total_b - free_b) / (1 << 20);
+    }
+#else
+    (void)net;
+#endif
+    return -1;
+}
+
 static double zero_fraction, flushed_fraction = -1;
 
 /* train_network's loop, with the zero count taken between the last backward
@@ -155,12 +204,12 @@ int main(int argc, char **argv)
 {
     const char *cfg = NULL, *list = NULL, *weights = NULL;
     const char *save = "train_driver.weights";
-    int iters = 20, offset = 0, grad_zeros = 0;
+    int iters = 20, offset = 0, grad_zeros = 0, timing = 0;
     unsigned seed = 1;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--grad-zeros")) {
-            grad_zeros = 1;
+        if (!strcmp(a, "--grad-zeros") || !strcmp(a, "--time")) {
+            *(a[2] == 'g' ? &grad_zeros : &timing) = 1;
             continue;
         }
         if (!v) { usage(); return 2; }
@@ -209,7 +258,14 @@ int main(int argc, char **argv)
             free_image(im);
             if (read_truth(path, d.y.vals[b], max_boxes)) return 1;
         }
+        const double t0 = timing ? now_s() : 0;
+        const long c0 = timing ? sync_calls() : 0;
         float loss = grad_zeros ? train_counting_zeros(net, d) : train_network(net, d);
+        if (timing) {
+            const long calls = c0 < 0 ? -1 : sync_calls() - c0;
+            const double mib = device_used_mib(net); /* waits for the device first */
+            printf("time %d %.6f %ld %.0f\n", it + 1, now_s() - t0, calls, mib);
+        }
         free_data(d);
         char status[512] = "";
 #ifdef DARKNET_AMP

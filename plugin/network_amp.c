@@ -378,6 +378,7 @@ static void wrap_update(layer l, update_args a)
         an->phase != AMP_PHASE_UNSCALED) {
         an->phase = AMP_PHASE_IDLE;
         an->skipped = 0;
+        an->weights_version += 1; /* darknet's update below moves the weights all the same */
     }
     if (an->phase == AMP_PHASE_ACCUMULATING) unscale(an);
     if (an->phase == AMP_PHASE_UNSCALED) decide(an, 1);

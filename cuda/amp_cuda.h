@@ -57,52 +57,52 @@ typedef struct amp_gpu_state {
 
 /* Builds a table in device memory from host spans (one synchronous upload,
  * at attach). */
-int amp_mt_table_create(amp_mt_table *t, const amp_span *spans, unsigned int nspans, char *err,
-                        size_t errlen);
+amp_status amp_mt_table_create(amp_mt_table *t, const amp_span *spans, unsigned int nspans,
+                               char *err, size_t errlen);
 void amp_mt_table_free(amp_mt_table *t);
 
 /* convert.cu: element-wise with half.h's functions (bit for bit the host's). */
-int amp_cuda_to_half(const float *x, uint16_t *h, size_t n, amp_dtype dtype, cudaStream_t stream,
-                     char *err, size_t errlen);
-int amp_cuda_from_half(const uint16_t *h, float *x, size_t n, amp_dtype dtype,
-                       cudaStream_t stream, char *err, size_t errlen);
+amp_status amp_cuda_to_half(const float *x, uint16_t *h, size_t n, amp_dtype dtype,
+                            cudaStream_t stream, char *err, size_t errlen);
+amp_status amp_cuda_from_half(const uint16_t *h, float *x, size_t n, amp_dtype dtype,
+                              cudaStream_t stream, char *err, size_t errlen);
 /* y += float(h) (beta = 1 in float32 after a half GEMM/convolution). */
-int amp_cuda_add_half(const uint16_t *h, float *y, size_t n, amp_dtype dtype, cudaStream_t stream,
-                      char *err, size_t errlen);
+amp_status amp_cuda_add_half(const uint16_t *h, float *y, size_t n, amp_dtype dtype,
+                             cudaStream_t stream, char *err, size_t errlen);
 
 /* x = float(half(x)) in place; y += float(half(x)). */
-int amp_cuda_round(float *x, size_t n, amp_dtype dtype, cudaStream_t stream, char *err,
-                   size_t errlen);
-int amp_cuda_add_rounded(const float *x, float *y, size_t n, amp_dtype dtype, cudaStream_t stream,
-                         char *err, size_t errlen);
+amp_status amp_cuda_round(float *x, size_t n, amp_dtype dtype, cudaStream_t stream, char *err,
+                          size_t errlen);
+amp_status amp_cuda_add_rounded(const float *x, float *y, size_t n, amp_dtype dtype,
+                                cudaStream_t stream, char *err, size_t errlen);
 
 /* unscale.cu: x *= *factor over every span, one launch; with found != NULL,
  * atomicMax(found, 1 + span) for every span holding a non-finite result
  * (0 stays 0 when all are finite; never cleared by the kernel). */
-int amp_cuda_unscale_check(const amp_mt_table *t, const float *factor, unsigned int *found,
-                           cudaStream_t stream, char *err, size_t errlen);
+amp_status amp_cuda_unscale_check(const amp_mt_table *t, const float *factor, unsigned int *found,
+                                  cudaStream_t stream, char *err, size_t errlen);
 
 /* history.cu: the batch start (y = x, then x *= scale, for every span; the
  * state's batch_scale and inv_scale are fixed from its scale), and the cost
  * layer's delta *= batch_scale. */
-int amp_cuda_begin_batch(const amp_mt_table *t, amp_gpu_state *state, cudaStream_t stream,
-                         char *err, size_t errlen);
-int amp_cuda_scale_delta(float *delta, size_t n, const amp_gpu_state *state, cudaStream_t stream,
-                         char *err, size_t errlen);
+amp_status amp_cuda_begin_batch(const amp_mt_table *t, amp_gpu_state *state, cudaStream_t stream,
+                                char *err, size_t errlen);
+amp_status amp_cuda_scale_delta(float *delta, size_t n, const amp_gpu_state *state,
+                                cudaStream_t stream, char *err, size_t errlen);
 /* A connected layer's incoming gradient clipped to [-batch_scale, batch_scale]
  * (darknet's constrain_gpu(delta, 1) in true units; inf and NaN kept). */
-int amp_cuda_clip_delta(float *delta, size_t n, const amp_gpu_state *state, cudaStream_t stream,
-                        char *err, size_t errlen);
+amp_status amp_cuda_clip_delta(float *delta, size_t n, const amp_gpu_state *state,
+                               cudaStream_t stream, char *err, size_t errlen);
 
 /* gate.cu: y = x for every span, only when *flag != 0 (a skipped step's
  * save and restore, decided on the device). to_y: copy x into y, else y into x. */
-int amp_cuda_gated_copy(const amp_mt_table *t, const unsigned int *flag, int to_y,
-                        cudaStream_t stream, char *err, size_t errlen);
+amp_status amp_cuda_gated_copy(const amp_mt_table *t, const unsigned int *flag, int to_y,
+                               cudaStream_t stream, char *err, size_t errlen);
 
 /* scale_update.cu: the step's decision (one thread): skipped = found != 0,
  * seq += 1, and with update_scale the scaler's rule (scale_rule.h). */
-int amp_cuda_decide(amp_gpu_state *state, amp_scale_params params, int update_scale,
-                    cudaStream_t stream, char *err, size_t errlen);
+amp_status amp_cuda_decide(amp_gpu_state *state, amp_scale_params params, int update_scale,
+                           cudaStream_t stream, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -43,42 +43,42 @@ static unsigned int blocks_for(size_t n)
     return (unsigned int)(b > 65535 ? 65535 : b);
 }
 
-extern "C" int amp_cuda_to_half(const float *x, uint16_t *h, size_t n, amp_dtype dtype,
-                                cudaStream_t stream, char *err, size_t errlen)
+extern "C" amp_status amp_cuda_to_half(const float *x, uint16_t *h, size_t n, amp_dtype dtype,
+                                       cudaStream_t stream, char *err, size_t errlen)
 {
-    if (!n) return 0;
+    if (!n) return AMP_OK;
     to_half_kernel<<<blocks_for(n), 256, 0, stream>>>(x, h, n, dtype == AMP_DTYPE_BFLOAT16);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }
 
-extern "C" int amp_cuda_from_half(const uint16_t *h, float *x, size_t n, amp_dtype dtype,
-                                  cudaStream_t stream, char *err, size_t errlen)
+extern "C" amp_status amp_cuda_from_half(const uint16_t *h, float *x, size_t n, amp_dtype dtype,
+                                         cudaStream_t stream, char *err, size_t errlen)
 {
-    if (!n) return 0;
+    if (!n) return AMP_OK;
     from_half_kernel<<<blocks_for(n), 256, 0, stream>>>(h, x, n, dtype == AMP_DTYPE_BFLOAT16, 0);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }
 
-extern "C" int amp_cuda_add_half(const uint16_t *h, float *y, size_t n, amp_dtype dtype,
-                                 cudaStream_t stream, char *err, size_t errlen)
+extern "C" amp_status amp_cuda_add_half(const uint16_t *h, float *y, size_t n, amp_dtype dtype,
+                                        cudaStream_t stream, char *err, size_t errlen)
 {
-    if (!n) return 0;
+    if (!n) return AMP_OK;
     from_half_kernel<<<blocks_for(n), 256, 0, stream>>>(h, y, n, dtype == AMP_DTYPE_BFLOAT16, 1);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }
 
-extern "C" int amp_cuda_round(float *x, size_t n, amp_dtype dtype, cudaStream_t stream,
-                              char *err, size_t errlen)
+extern "C" amp_status amp_cuda_round(float *x, size_t n, amp_dtype dtype, cudaStream_t stream,
+                                     char *err, size_t errlen)
 {
-    if (!n) return 0;
+    if (!n) return AMP_OK;
     round_kernel<<<blocks_for(n), 256, 0, stream>>>(x, x, n, dtype == AMP_DTYPE_BFLOAT16, 0);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }
 
-extern "C" int amp_cuda_add_rounded(const float *x, float *y, size_t n, amp_dtype dtype,
-                                    cudaStream_t stream, char *err, size_t errlen)
+extern "C" amp_status amp_cuda_add_rounded(const float *x, float *y, size_t n, amp_dtype dtype,
+                                           cudaStream_t stream, char *err, size_t errlen)
 {
-    if (!n) return 0;
+    if (!n) return AMP_OK;
     round_kernel<<<blocks_for(n), 256, 0, stream>>>(x, y, n, dtype == AMP_DTYPE_BFLOAT16, 1);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }

@@ -21,10 +21,10 @@ static __global__ void gated_copy_kernel(const amp_span *spans, const amp_chunk 
     }
 }
 
-extern "C" int amp_cuda_gated_copy(const amp_mt_table *t, const unsigned int *flag, int to_y,
-                                   cudaStream_t stream, char *err, size_t errlen)
+extern "C" amp_status amp_cuda_gated_copy(const amp_mt_table *t, const unsigned int *flag, int to_y,
+                                          cudaStream_t stream, char *err, size_t errlen)
 {
-    if (!t->nchunks) return 0;
+    if (!t->nchunks) return AMP_OK;
     gated_copy_kernel<<<t->nchunks, 256, 0, stream>>>(t->spans, t->chunks, flag, to_y);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }

@@ -9,37 +9,37 @@ static int fits_int(long long a, long long b, long long c, long long d)
     return a > 0 && b > 0 && c > 0 && d > 0 && a * b * c * d <= INT_MAX;
 }
 
-int amp_conv_dims_make(int batch, int c, int h, int w, int filters, int size, int stride, int pad,
-                       int groups, int out_h, int out_w, amp_conv_dims *d, char *why,
-                       size_t whylen)
+amp_status amp_conv_dims_make(int batch, int c, int h, int w, int filters, int size, int stride,
+                              int pad, int groups, int out_h, int out_w, amp_conv_dims *d,
+                              char *why, size_t whylen)
 {
     if (groups < 1 || c % groups || filters % groups) {
         snprintf(why, whylen, "groups=%d does not divide %d channels and %d filters", groups, c,
                  filters);
-        return 1;
+        return AMP_ERR_INVALID;
     }
     if (size < 1 || stride < 1 || pad < 0) {
         snprintf(why, whylen, "size %d, stride %d, pad %d", size, stride, pad);
-        return 1;
+        return AMP_ERR_INVALID;
     }
     int oh = h + 2 * pad >= size ? (h + 2 * pad - size) / stride + 1 : 0;
     int ow = w + 2 * pad >= size ? (w + 2 * pad - size) / stride + 1 : 0;
     if (oh != out_h || ow != out_w) {
         snprintf(why, whylen, "output %dx%d where cuDNN computes %dx%d", out_w, out_h, ow, oh);
-        return 1;
+        return AMP_ERR_INVALID;
     }
     if (!fits_int(batch, c, h, w) || !fits_int(batch, filters, oh, ow) ||
         !fits_int(filters, c / groups, size, size)) {
         snprintf(why, whylen, "a tensor of batch %d, %dx%dx%d in, %dx%dx%d out is empty or has "
                               "2^31 elements or more",
                  batch, c, h, w, filters, oh, ow);
-        return 1;
+        return AMP_ERR_INVALID;
     }
     d->n = batch, d->c = c, d->h = h, d->w = w;
     d->k = filters, d->cg = c / groups, d->size = size;
     d->stride = stride, d->pad = pad, d->groups = groups;
     d->out_h = oh, d->out_w = ow;
-    return 0;
+    return AMP_OK;
 }
 
 int amp_algo_pick(const amp_algo_candidate *c, int n, size_t limit)

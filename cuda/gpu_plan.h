@@ -7,6 +7,8 @@
 #ifndef AMP_GPU_PLAN_H
 #define AMP_GPU_PLAN_H
 
+#include "darknet_amp.h" /* amp_status */
+
 #include <stddef.h>
 
 /* The largest workspace one half convolution may ask for: darknet's own
@@ -26,8 +28,8 @@ typedef struct amp_conv_dims {
  * can express the layer as darknet computes it: groups divide channels and
  * filters, the output size is cuDNN's ((h + 2 pad - size) / stride + 1,
  * which is darknet's), every tensor's element count fits an int (cuDNN's 4-d
- * descriptors). 0, or 1 with the reason in why. */
-int amp_conv_dims_make(int batch, int c, int h, int w, int filters, int size, int stride, int pad,
+ * descriptors). AMP_OK, or AMP_ERR_INVALID with the reason in why. */
+amp_status amp_conv_dims_make(int batch, int c, int h, int w, int filters, int size, int stride, int pad,
                        int groups, int out_h, int out_w, amp_conv_dims *d, char *why,
                        size_t whylen);
 

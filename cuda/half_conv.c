@@ -1,6 +1,6 @@
 /* Convolutional layers in float16 or bfloat16 through cuDNN: half tensors
  * and filters, float32 compute type, tensor-op math; the CPU emulation's
- * rounding points (plugin/cpu_half.c), with cuDNN's float32 sums in its own
+ * rounding points (plugin/cpu/half.c), with cuDNN's float32 sums in its own
  * order.
  *
  * Forward: input -> half (convert kernel); half weights (per weights
@@ -18,14 +18,14 @@
  * Algorithms: cudnnGet*Algorithm_v7 for the half descriptors, the first
  * candidate cuDNN supports whose workspace fits AMP_GPU_WORKSPACE_LIMIT
  * (gpu_plan.c), run with the math type the query reported for it (one
- * descriptor serves the three passes, so it is set before each); chosen again when darknet resizes the network or changes the
- * batch. The half input is converted again in backward (same bits as in
- * forward, from the same net.input_gpu darknet's own backward reads) rather
- * than kept per layer: one conversion instead of half an activation map of
- * memory per layer.
+ * descriptor serves the three passes, so it is set before each); chosen
+ * again when darknet resizes the network or changes the batch. The half
+ * input is converted again in backward (same bits as in forward, from the
+ * same net.input_gpu darknet's own backward reads) rather than kept per
+ * layer: one conversion instead of half an activation map of memory per
+ * layer.
  */
 #include "half_gpu.h"
-#include "amp_cuda.h"
 #include "gpu_plan.h"
 #include "lib_check.h"
 
@@ -65,179 +65,142 @@ void amp_cudnn_conv_free(amp_gpu_half *h)
     h->conv = NULL;
 }
 
-#define TRY(call)                                                                                  \
-    do {                                                                                           \
-        if (AMP_CUDNN_MSG(call, why, whylen)) return 0;                                            \
+#define CHECK(call) AMP_FORWARD_IF_ERROR(AMP_CUDNN_CHECK(call, why, whylen))
+
+/* The first of cuDNN's ranked candidates that fits (gpu_plan.c), or why none. */
+#define PICK(perf, n, out, math, what)                                                            \
+    do {                                                                                          \
+        amp_algo_candidate cand[16];                                                              \
+        for (int k_ = 0; k_ < (n); ++k_)                                                          \
+            cand[k_] = (amp_algo_candidate){(int)(perf)[k_].algo,                                 \
+                                            (perf)[k_].status == CUDNN_STATUS_SUCCESS,            \
+                                            (perf)[k_].memory};                                   \
+        const int i_ = amp_algo_pick(cand, (n), AMP_GPU_WORKSPACE_LIMIT);                         \
+        AMP_RETURN_ERROR_IF(i_ < 0, AMP_ERR_DEVICE, why, whylen,                                  \
+                            "cuDNN offers no " what " algorithm for these half tensors");         \
+        (out) = (perf)[i_].algo;                                                                  \
+        (math) = (perf)[i_].mathType;                                                             \
     } while (0)
 
-/* The three algorithms for the descriptors as set: 1, or 0 with why. */
-static int choose_algorithms(struct amp_cudnn_conv *c, cudnnHandle_t handle, char *why,
-                             size_t whylen)
+/* The three algorithms for the descriptors as set, with their math types
+ * and the workspace they need, or why not. */
+static amp_status choose_algorithms(struct amp_cudnn_conv *c, cudnnHandle_t handle, char *why,
+                                    size_t whylen)
 {
-    amp_algo_candidate cand[16];
-    int n = 0, i;
-    {
-        cudnnConvolutionFwdAlgoPerf_t perf[16];
-        TRY(cudnnGetConvolutionForwardAlgorithm_v7(handle, c->x, c->wd, c->conv, c->y, 16, &n,
-                                                   perf));
-        for (int k = 0; k < n; ++k)
-            cand[k] = (amp_algo_candidate){(int)perf[k].algo,
-                                           perf[k].status == CUDNN_STATUS_SUCCESS, perf[k].memory};
-        if ((i = amp_algo_pick(cand, n, AMP_GPU_WORKSPACE_LIMIT)) < 0) goto none_fwd;
-        c->fwd = perf[i].algo;
-        c->fwd_math = perf[i].mathType;
-    }
-    {
-        cudnnConvolutionBwdDataAlgoPerf_t perf[16];
-        TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, c->wd, c->y, c->conv, c->x, 16,
-                                                        &n, perf));
-        for (int k = 0; k < n; ++k)
-            cand[k] = (amp_algo_candidate){(int)perf[k].algo,
-                                           perf[k].status == CUDNN_STATUS_SUCCESS, perf[k].memory};
-        if ((i = amp_algo_pick(cand, n, AMP_GPU_WORKSPACE_LIMIT)) < 0) goto none_bwd_data;
-        c->bwd_data = perf[i].algo;
-        c->bwd_data_math = perf[i].mathType;
-    }
-    {
-        cudnnConvolutionBwdFilterAlgoPerf_t perf[16];
-        TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, c->x, c->y, c->conv, c->wd, 16,
-                                                          &n, perf));
-        for (int k = 0; k < n; ++k)
-            cand[k] = (amp_algo_candidate){(int)perf[k].algo,
-                                           perf[k].status == CUDNN_STATUS_SUCCESS, perf[k].memory};
-        if ((i = amp_algo_pick(cand, n, AMP_GPU_WORKSPACE_LIMIT)) < 0) goto none_bwd_filter;
-        c->bwd_filter = perf[i].algo;
-        c->bwd_filter_math = perf[i].mathType;
-    }
+    int n = 0;
+    cudnnConvolutionFwdAlgoPerf_t fperf[16];
+    CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, c->x, c->wd, c->conv, c->y, 16, &n,
+                                                 fperf));
+    PICK(fperf, n, c->fwd, c->fwd_math, "forward");
+    cudnnConvolutionBwdDataAlgoPerf_t dperf[16];
+    CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, c->wd, c->y, c->conv, c->x, 16, &n,
+                                                      dperf));
+    PICK(dperf, n, c->bwd_data, c->bwd_data_math, "backward-data");
+    cudnnConvolutionBwdFilterAlgoPerf_t wperf[16];
+    CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, c->x, c->y, c->conv, c->wd, 16,
+                                                        &n, wperf));
+    PICK(wperf, n, c->bwd_filter, c->bwd_filter_math, "backward-filter");
     size_t a = 0, b = 0, f = 0;
-    TRY(cudnnSetConvolutionMathType(c->conv, c->fwd_math));
-    TRY(cudnnGetConvolutionForwardWorkspaceSize(handle, c->x, c->wd, c->conv, c->y, c->fwd, &a));
-    TRY(cudnnSetConvolutionMathType(c->conv, c->bwd_data_math));
-    TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(handle, c->wd, c->y, c->conv, c->x,
-                                                     c->bwd_data, &b));
-    TRY(cudnnSetConvolutionMathType(c->conv, c->bwd_filter_math));
-    TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, c->x, c->y, c->conv, c->wd,
-                                                       c->bwd_filter, &f));
+    CHECK(cudnnSetConvolutionMathType(c->conv, c->fwd_math));
+    CHECK(cudnnGetConvolutionForwardWorkspaceSize(handle, c->x, c->wd, c->conv, c->y, c->fwd, &a));
+    CHECK(cudnnSetConvolutionMathType(c->conv, c->bwd_data_math));
+    CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(handle, c->wd, c->y, c->conv, c->x,
+                                                       c->bwd_data, &b));
+    CHECK(cudnnSetConvolutionMathType(c->conv, c->bwd_filter_math));
+    CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, c->x, c->y, c->conv, c->wd,
+                                                         c->bwd_filter, &f));
     c->ws_bytes = a > b ? a : b;
     if (f > c->ws_bytes) c->ws_bytes = f;
-    return 1;
-none_fwd:
-    snprintf(why, whylen, "cuDNN offers no forward algorithm for these half tensors");
-    return 0;
-none_bwd_data:
-    snprintf(why, whylen, "cuDNN offers no backward-data algorithm for these half tensors");
-    return 0;
-none_bwd_filter:
-    snprintf(why, whylen, "cuDNN offers no backward-filter algorithm for these half tensors");
-    return 0;
+    return AMP_OK;
 }
 
-/* Descriptors, algorithms and workspace for l's current shape: 1, or 0 with
- * why. Does nothing when the shape is the one set up. */
-static int ensure_shape(amp_gpu_half *h, const layer *l, char *why, size_t whylen)
+#undef PICK
+
+/* Descriptors, algorithms and workspace for l's current shape, or why not.
+ * Does nothing when the shape is the one set up. */
+static amp_status ensure_shape(amp_gpu_half *h, const layer *l, char *why, size_t whylen)
 {
     struct amp_cudnn_conv *c = h->conv;
-    if (c->batch == l->batch && c->h == l->h && c->w == l->w) return 1;
+    if (c->batch == l->batch && c->h == l->h && c->w == l->w) return AMP_OK;
     amp_conv_dims d;
-    if (amp_conv_dims_make(l->batch, l->c, l->h, l->w, l->n, l->size, l->stride, l->pad,
-                           l->groups, l->out_h, l->out_w, &d, why, whylen))
-        return 0;
+    AMP_FORWARD_IF_ERROR(amp_conv_dims_make(l->batch, l->c, l->h, l->w, l->n, l->size, l->stride,
+                                            l->pad, l->groups, l->out_h, l->out_w, &d, why,
+                                            whylen));
     cudnnDataType_t dt = h->dtype == AMP_DTYPE_BFLOAT16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
     c->batch = 0; /* until all of it is set */
-    TRY(cudnnSetTensor4dDescriptor(c->x, CUDNN_TENSOR_NCHW, dt, d.n, d.c, d.h, d.w));
-    TRY(cudnnSetTensor4dDescriptor(c->y, CUDNN_TENSOR_NCHW, dt, d.n, d.k, d.out_h, d.out_w));
-    TRY(cudnnSetFilter4dDescriptor(c->wd, dt, CUDNN_TENSOR_NCHW, d.k, d.cg, d.size, d.size));
+    CHECK(cudnnSetTensor4dDescriptor(c->x, CUDNN_TENSOR_NCHW, dt, d.n, d.c, d.h, d.w));
+    CHECK(cudnnSetTensor4dDescriptor(c->y, CUDNN_TENSOR_NCHW, dt, d.n, d.k, d.out_h, d.out_w));
+    CHECK(cudnnSetFilter4dDescriptor(c->wd, dt, CUDNN_TENSOR_NCHW, d.k, d.cg, d.size, d.size));
     /* float32 compute type: products and sums in float32 (cuDNN's
      * PSEUDO_HALF / PSEUDO_BFLOAT16 configurations), as on the CPU. */
-    TRY(cudnnSetConvolution2dDescriptor(c->conv, d.pad, d.pad, d.stride, d.stride, 1, 1,
-                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    TRY(cudnnSetConvolutionGroupCount(c->conv, d.groups));
-    TRY(cudnnSetConvolutionMathType(c->conv, CUDNN_TENSOR_OP_MATH));
+    CHECK(cudnnSetConvolution2dDescriptor(c->conv, d.pad, d.pad, d.stride, d.stride, 1, 1,
+                                          CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CHECK(cudnnSetConvolutionGroupCount(c->conv, d.groups));
+    CHECK(cudnnSetConvolutionMathType(c->conv, CUDNN_TENSOR_OP_MATH));
     int on, oc, oh, ow;
-    TRY(cudnnGetConvolution2dForwardOutputDim(c->conv, c->x, c->wd, &on, &oc, &oh, &ow));
-    if (on != d.n || oc != d.k || oh != d.out_h || ow != d.out_w) {
-        snprintf(why, whylen, "cuDNN's output %dx%dx%dx%d is not darknet's %dx%dx%dx%d", on, oc,
-                 oh, ow, d.n, d.k, d.out_h, d.out_w);
-        return 0;
-    }
-    if (!choose_algorithms(c, cudnn_handle(), why, whylen)) return 0;
+    CHECK(cudnnGetConvolution2dForwardOutputDim(c->conv, c->x, c->wd, &on, &oc, &oh, &ow));
+    AMP_RETURN_ERROR_IF(on != d.n || oc != d.k || oh != d.out_h || ow != d.out_w,
+                        AMP_ERR_DEVICE, why, whylen,
+                        "cuDNN's output %dx%dx%dx%d is not darknet's %dx%dx%dx%d", on, oc, oh, ow,
+                        d.n, d.k, d.out_h, d.out_w);
+    AMP_FORWARD_IF_ERROR(choose_algorithms(c, cudnn_handle(), why, whylen));
     size_t nin = (size_t)l->inputs * l->batch, nout = (size_t)l->outputs * l->batch;
     amp_gpu_half_ctx *x = h->ctx;
-    if (!amp_gpu_reserve(&x->ws, c->ws_bytes, why, whylen) ||
-        !amp_gpu_reserve(&x->x, nin * sizeof(uint16_t), why, whylen) ||
-        !amp_gpu_reserve(&x->y, nout * sizeof(uint16_t), why, whylen) ||
-        !amp_gpu_reserve(&x->dx, nin * sizeof(uint16_t), why, whylen) ||
-        !amp_gpu_reserve(&x->dw, h->nw * sizeof(uint16_t), why, whylen))
-        return 0;
+    AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->ws, c->ws_bytes, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->x, nin * sizeof(uint16_t), why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->y, nout * sizeof(uint16_t), why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->dx, nin * sizeof(uint16_t), why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->dw, h->nw * sizeof(uint16_t), why, whylen));
     c->batch = l->batch, c->h = l->h, c->w = l->w;
-    return 1;
+    return AMP_OK;
 }
 
-int amp_cudnn_conv_setup(amp_layer *al, const layer *l, char *why, size_t whylen)
+amp_status amp_cudnn_conv_setup(amp_layer *al, const layer *l, char *why, size_t whylen)
 {
-    amp_gpu_half *h = al->gpu_half;
+    amp_gpu_half *h = amp_gpu_half_of(al);
     struct amp_cudnn_conv *c = calloc(1, sizeof *c);
-    if (!c) {
-        snprintf(why, whylen, "out of memory");
-        return 0;
-    }
+    AMP_RETURN_ERROR_IF(!c, AMP_ERR_NOMEM, why, whylen, "out of memory");
     h->conv = c;
-    TRY(cudnnCreateTensorDescriptor(&c->x));
-    TRY(cudnnCreateTensorDescriptor(&c->y));
-    TRY(cudnnCreateFilterDescriptor(&c->wd));
-    TRY(cudnnCreateConvolutionDescriptor(&c->conv));
+    CHECK(cudnnCreateTensorDescriptor(&c->x));
+    CHECK(cudnnCreateTensorDescriptor(&c->y));
+    CHECK(cudnnCreateFilterDescriptor(&c->wd));
+    CHECK(cudnnCreateConvolutionDescriptor(&c->conv));
     return ensure_shape(h, l, why, whylen);
 }
 
-#undef TRY
+#undef CHECK
 
-/* One failing call ends the layer's work; the message becomes the network's
- * fatal error. */
-#define TRY(x)                                                                                     \
-    do {                                                                                           \
-        if (x) {                                                                                   \
-            amp_gpu_fail(an, err);                                                                 \
-            return;                                                                                \
-        }                                                                                          \
-    } while (0)
-
-void amp_cudnn_conv_forward(layer l, network net)
+static amp_status forward(amp_layer *al, layer l, network net, char *err, size_t errlen)
 {
-    amp_layer *al = l.hook_data;
-    amp_net *an = al->owner;
-    amp_gpu_half *h = al->gpu_half;
+    amp_gpu_half *h = amp_gpu_half_of(al);
     struct amp_cudnn_conv *c = h->conv;
     amp_gpu_half_ctx *x = h->ctx;
-    char err[384];
-    if (an->error[0]) return;
-    TRY(!ensure_shape(h, &l, err, sizeof err));
+    AMP_FORWARD_IF_ERROR(ensure_shape(h, &l, err, errlen));
     size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
     const float one = 1, zero = 0;
-    const uint16_t *w = amp_gpu_half_weights(al, l.weights_gpu, err, sizeof err);
-    TRY(!w);
-    TRY(amp_cuda_to_half(net.input_gpu, x->x.p, nin, h->dtype, 0, err, sizeof err));
-    TRY(AMP_CUDNN_MSG(cudnnSetConvolutionMathType(c->conv, c->fwd_math), err, sizeof err));
-    TRY(AMP_CUDNN_MSG(cudnnConvolutionForward(cudnn_handle(), &one, c->x, x->x.p, c->wd, w,
-                                              c->conv, c->fwd, x->ws.p, c->ws_bytes, &zero, c->y,
-                                              x->y.p),
-                      err, sizeof err));
-    TRY(amp_cuda_from_half(x->y.p, l.output_gpu, nout, h->dtype, 0, err, sizeof err));
+    const uint16_t *w = NULL;
+    AMP_FORWARD_IF_ERROR(amp_gpu_half_weights(al, l.weights_gpu, &w, err, errlen));
+    AMP_FORWARD_IF_ERROR(amp_cuda_to_half(net.input_gpu, x->x.p, nin, h->dtype, 0, err, errlen));
+    AMP_FORWARD_IF_ERROR(
+        AMP_CUDNN_CHECK(cudnnSetConvolutionMathType(c->conv, c->fwd_math), err, errlen));
+    AMP_FORWARD_IF_ERROR(AMP_CUDNN_CHECK(
+        cudnnConvolutionForward(cudnn_handle(), &one, c->x, x->x.p, c->wd, w, c->conv, c->fwd,
+                                x->ws.p, c->ws_bytes, &zero, c->y, x->y.p),
+        err, errlen));
+    AMP_FORWARD_IF_ERROR(amp_cuda_from_half(x->y.p, l.output_gpu, nout, h->dtype, 0, err, errlen));
     /* darknet's float32 tail, as in forward_convolutional_layer_gpu */
     if (l.batch_normalize) forward_batchnorm_layer_gpu(l, net);
     else add_bias_gpu(l.output_gpu, l.biases_gpu, l.batch, l.n, l.out_w * l.out_h);
     activate_array_gpu(l.output_gpu, l.outputs * l.batch, l.activation);
+    return AMP_OK;
 }
 
-void amp_cudnn_conv_backward(layer l, network net)
+static amp_status backward(amp_layer *al, layer l, network net, char *err, size_t errlen)
 {
-    amp_layer *al = l.hook_data;
-    amp_net *an = al->owner;
-    amp_gpu_half *h = al->gpu_half;
+    amp_gpu_half *h = amp_gpu_half_of(al);
     struct amp_cudnn_conv *c = h->conv;
     amp_gpu_half_ctx *x = h->ctx;
-    char err[384];
-    if (an->error[0]) return;
-    TRY(!ensure_shape(h, &l, err, sizeof err));
+    AMP_FORWARD_IF_ERROR(ensure_shape(h, &l, err, errlen));
     size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
     /* darknet's float32 tail gradients, as in backward_convolutional_layer_gpu */
     if (l.smooth) smooth_layer(l, 5, l.smooth);
@@ -246,21 +209,28 @@ void amp_cudnn_conv_backward(layer l, network net)
     else backward_bias_gpu(l.bias_updates_gpu, l.delta_gpu, l.batch, l.n, l.out_w * l.out_h);
 
     const float one = 1, zero = 0;
-    const uint16_t *w = amp_gpu_half_weights(al, l.weights_gpu, err, sizeof err);
-    TRY(!w);
-    TRY(amp_cuda_to_half(net.input_gpu, x->x.p, nin, h->dtype, 0, err, sizeof err));
-    TRY(amp_cuda_to_half(l.delta_gpu, x->y.p, nout, h->dtype, 0, err, sizeof err));
-    TRY(AMP_CUDNN_MSG(cudnnSetConvolutionMathType(c->conv, c->bwd_filter_math), err, sizeof err));
-    TRY(AMP_CUDNN_MSG(cudnnConvolutionBackwardFilter(cudnn_handle(), &one, c->x, x->x.p, c->y,
-                                                     x->y.p, c->conv, c->bwd_filter, x->ws.p,
-                                                     c->ws_bytes, &zero, c->wd, x->dw.p),
-                      err, sizeof err));
-    TRY(amp_cuda_add_half(x->dw.p, l.weight_updates_gpu, h->nw, h->dtype, 0, err, sizeof err));
-    if (!net.delta_gpu) return;
-    TRY(AMP_CUDNN_MSG(cudnnSetConvolutionMathType(c->conv, c->bwd_data_math), err, sizeof err));
-    TRY(AMP_CUDNN_MSG(cudnnConvolutionBackwardData(cudnn_handle(), &one, c->wd, w, c->y, x->y.p,
-                                                   c->conv, c->bwd_data, x->ws.p, c->ws_bytes,
-                                                   &zero, c->x, x->dx.p),
-                      err, sizeof err));
-    TRY(amp_cuda_add_half(x->dx.p, net.delta_gpu, nin, h->dtype, 0, err, sizeof err));
+    const uint16_t *w = NULL;
+    AMP_FORWARD_IF_ERROR(amp_gpu_half_weights(al, l.weights_gpu, &w, err, errlen));
+    AMP_FORWARD_IF_ERROR(amp_cuda_to_half(net.input_gpu, x->x.p, nin, h->dtype, 0, err, errlen));
+    AMP_FORWARD_IF_ERROR(amp_cuda_to_half(l.delta_gpu, x->y.p, nout, h->dtype, 0, err, errlen));
+    AMP_FORWARD_IF_ERROR(
+        AMP_CUDNN_CHECK(cudnnSetConvolutionMathType(c->conv, c->bwd_filter_math), err, errlen));
+    AMP_FORWARD_IF_ERROR(AMP_CUDNN_CHECK(
+        cudnnConvolutionBackwardFilter(cudnn_handle(), &one, c->x, x->x.p, c->y, x->y.p, c->conv,
+                                       c->bwd_filter, x->ws.p, c->ws_bytes, &zero, c->wd,
+                                       x->dw.p),
+        err, errlen));
+    AMP_FORWARD_IF_ERROR(
+        amp_cuda_add_half(x->dw.p, l.weight_updates_gpu, h->nw, h->dtype, 0, err, errlen));
+    if (!net.delta_gpu) return AMP_OK;
+    AMP_FORWARD_IF_ERROR(
+        AMP_CUDNN_CHECK(cudnnSetConvolutionMathType(c->conv, c->bwd_data_math), err, errlen));
+    AMP_FORWARD_IF_ERROR(AMP_CUDNN_CHECK(
+        cudnnConvolutionBackwardData(cudnn_handle(), &one, c->wd, w, c->y, x->y.p, c->conv,
+                                     c->bwd_data, x->ws.p, c->ws_bytes, &zero, c->x, x->dx.p),
+        err, errlen));
+    return amp_cuda_add_half(x->dx.p, net.delta_gpu, nin, h->dtype, 0, err, errlen);
 }
+
+AMP_GPU_LAYER_CALLBACK(amp_cudnn_conv_forward, forward)
+AMP_GPU_LAYER_CALLBACK(amp_cudnn_conv_backward, backward)

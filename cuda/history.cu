@@ -60,26 +60,26 @@ static unsigned int grid_for(size_t n)
     return (unsigned int)(blocks > 65535 ? 65535 : blocks);
 }
 
-extern "C" int amp_cuda_begin_batch(const amp_mt_table *t, amp_gpu_state *state,
-                                    cudaStream_t stream, char *err, size_t errlen)
+extern "C" amp_status amp_cuda_begin_batch(const amp_mt_table *t, amp_gpu_state *state,
+                                           cudaStream_t stream, char *err, size_t errlen)
 {
     if (!t->nchunks) fix_batch_scale_kernel<<<1, 1, 0, stream>>>(state);
     else begin_batch_kernel<<<t->nchunks, 256, 0, stream>>>(t->spans, t->chunks, state);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }
 
-extern "C" int amp_cuda_scale_delta(float *delta, size_t n, const amp_gpu_state *state,
-                                    cudaStream_t stream, char *err, size_t errlen)
+extern "C" amp_status amp_cuda_scale_delta(float *delta, size_t n, const amp_gpu_state *state,
+                                           cudaStream_t stream, char *err, size_t errlen)
 {
-    if (!n) return 0;
+    if (!n) return AMP_OK;
     scale_delta_kernel<<<grid_for(n), 256, 0, stream>>>(delta, n, state);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }
 
-extern "C" int amp_cuda_clip_delta(float *delta, size_t n, const amp_gpu_state *state,
-                                   cudaStream_t stream, char *err, size_t errlen)
+extern "C" amp_status amp_cuda_clip_delta(float *delta, size_t n, const amp_gpu_state *state,
+                                          cudaStream_t stream, char *err, size_t errlen)
 {
-    if (!n) return 0;
+    if (!n) return AMP_OK;
     clip_delta_kernel<<<grid_for(n), 256, 0, stream>>>(delta, n, state);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }

@@ -15,8 +15,9 @@ static __global__ void decide_kernel(amp_gpu_state *state, amp_scale_params para
     if (update_scale) amp_scale_update(&state->st, &params, found != 0);
 }
 
-extern "C" int amp_cuda_decide(amp_gpu_state *state, amp_scale_params params, int update_scale,
-                               cudaStream_t stream, char *err, size_t errlen)
+extern "C" amp_status amp_cuda_decide(amp_gpu_state *state, amp_scale_params params,
+                                      int update_scale, cudaStream_t stream, char *err,
+                                      size_t errlen)
 {
     decide_kernel<<<1, 1, 0, stream>>>(state, params, update_scale);
     return AMP_CUDA_LAUNCHED(err, errlen);

@@ -25,11 +25,11 @@ static __global__ void unscale_check_kernel(const amp_span *spans, const amp_chu
     }
 }
 
-extern "C" int amp_cuda_unscale_check(const amp_mt_table *t, const float *factor,
-                                      unsigned int *found, cudaStream_t stream, char *err,
-                                      size_t errlen)
+extern "C" amp_status amp_cuda_unscale_check(const amp_mt_table *t, const float *factor,
+                                             unsigned int *found, cudaStream_t stream, char *err,
+                                             size_t errlen)
 {
-    if (!t->nchunks) return 0;
+    if (!t->nchunks) return AMP_OK;
     unscale_check_kernel<<<t->nchunks, 256, 0, stream>>>(t->spans, t->chunks, factor, found);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }

@@ -8,6 +8,7 @@
  * amp_growth_factor=1.00000000001 (1.0f) is refused like 1 would be.
  */
 #include "options.h"
+#include "core.h" /* amp_errorf, amp_options_invalid, amp_env */
 
 #include "option_list.h" /* kvp: darknet's cfg key/value node */
 
@@ -22,11 +23,6 @@
 #include <string.h>
 #include <strings.h>
 
-#if defined(__GNUC__)
-#define AMP_PRINTF(f, a) __attribute__((format(printf, f, a)))
-#else
-#define AMP_PRINTF(f, a)
-#endif
 
 void amp_options_init(amp_options *o, amp_dtype dtype)
 {
@@ -133,17 +129,6 @@ typedef struct parsed {
 
 /* ---- Messages ---- */
 
-AMP_PRINTF(3, 4)
-static amp_status fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return AMP_ERR_INVALID;
-}
 
 typedef struct text {
     char s[128];
@@ -301,14 +286,17 @@ static amp_status check_number(int id, const char *s, parsed *v, const char *whe
     show(&key, k->name);
     show(&val, s);
     if (!parse_decimal(s, &x) || !(x > k->lo && x < k->hi))
-        return fail(err, errlen, "%s %s=%s: %s", where, key.s, val.s, k->expect);
+        AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                         "%s %s=%s: %s", where, key.s, val.s, k->expect);
     if (x > FLT_MAX)
-        return fail(err, errlen, "%s %s=%s: %s; this is beyond the float range (max %g)", where,
-                    key.s, val.s, k->expect, (double)FLT_MAX);
+        AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                         "%s %s=%s: %s; this is beyond the float range (max %g)", where,
+                         key.s, val.s, k->expect, (double)FLT_MAX);
     f = (float)x;
     if (!(f > k->lo && f < k->hi))
-        return fail(err, errlen, "%s %s=%s: %s; as a float this is %.9g", where, key.s, val.s,
-                    k->expect, (double)f);
+        AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                         "%s %s=%s: %s; as a float this is %.9g", where, key.s, val.s,
+                         k->expect, (double)f);
     v->num[id] = f;
     return AMP_OK;
 }
@@ -324,19 +312,23 @@ static amp_status check_value(int id, const kvp *p, parsed *v, const char *where
     show(&key, p->key);
     show(&val, s);
     if (!s)
-        return fail(err, errlen, "%s %s: no value (the line has no '='): %s", where, key.s,
-                    k->expect);
+        AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                         "%s %s: no value (the line has no '='): %s", where, key.s,
+                         k->expect);
     switch (k->kind) {
     case KIND_INTEGER: {
         long x;
         int overflow;
         if (!parse_integer(s, &x, &overflow) || (x < k->ilo && !overflow))
-            return fail(err, errlen, "%s %s=%s: %s", where, key.s, val.s, k->expect);
+            AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                             "%s %s=%s: %s", where, key.s, val.s, k->expect);
         if (x > k->ihi || overflow) {
             if (k->ihi == 1 || x < k->ilo)
-                return fail(err, errlen, "%s %s=%s: %s", where, key.s, val.s, k->expect);
-            return fail(err, errlen, "%s %s=%s: %s, at most %ld", where, key.s, val.s, k->expect,
-                        k->ihi);
+                AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                                 "%s %s=%s: %s", where, key.s, val.s, k->expect);
+            AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                             "%s %s=%s: %s, at most %ld", where, key.s, val.s, k->expect,
+                             k->ihi);
         }
         v->integer[id] = x;
         return AMP_OK;
@@ -349,7 +341,8 @@ static amp_status check_value(int id, const kvp *p, parsed *v, const char *where
                 return AMP_OK;
             }
         }
-        return fail(err, errlen, "%s %s=%s: %s", where, key.s, val.s, k->expect);
+        AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                         "%s %s=%s: %s", where, key.s, val.s, k->expect);
     }
     case KIND_LOSS_SCALE:
         if (strcasecmp(s, "dynamic") == 0) {
@@ -360,7 +353,8 @@ static amp_status check_value(int id, const kvp *p, parsed *v, const char *where
     case KIND_NUMBER:
         return check_number(id, s, v, where, err, errlen);
     }
-    return fail(err, errlen, "%s %s=%s: internal error: unhandled key kind", where, key.s, val.s);
+    AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                     "%s %s=%s: internal error: unhandled key kind", where, key.s, val.s);
 }
 
 /* ---- [net] ---- */
@@ -382,16 +376,19 @@ static amp_status read_net_keys(list *l, const char *where, parsed *v, char *err
             if (!looks_like_amp_key(p->key)) continue;
             guess = suggest(p->key);
             known_keys(known, sizeof known);
-            return fail(err, errlen, "%s %s=%s: unknown AMP key%s%s%s; known keys: %s", where,
-                        show(&key, p->key), show(&val, p->val), guess ? " (did you mean " : "",
-                        guess ? guess : "", guess ? "?)" : "", known);
+            AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                             "%s %s=%s: unknown AMP key%s%s%s; known keys: %s", where,
+                             show(&key, p->key), show(&val, p->val),
+                             guess ? " (did you mean " : "", guess ? guess : "",
+                             guess ? "?)" : "", known);
         }
         p->used = 1;
         if (v->kv[id]) {
             text now, first;
-            return fail(err, errlen, "%s %s=%s: %s is given twice (first as %s=%s); keep one",
-                        where, keys[id].name, show(&now, p->val), keys[id].name, keys[id].name,
-                        show(&first, v->kv[id]->val));
+            AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                             "%s %s=%s: %s is given twice (first as %s=%s); keep one",
+                             where, keys[id].name, show(&now, p->val), keys[id].name, keys[id].name,
+                             show(&first, v->kv[id]->val));
         }
         v->kv[id] = p;
         st = check_value(id, p, v, where, err, errlen);
@@ -423,13 +420,13 @@ static amp_status combine(const parsed *v, const char *where, amp_dtype default_
     if (v->kv[K_LOSS_SCALE] && !v->loss_scale_dynamic) {
         text a, b;
         if (dynamic_key >= 0)
-            return fail(err, errlen,
-                        "%s loss_scale=%s and %s=%s: a number for loss_scale sets a static "
-                        "scale, and %s only applies to a dynamic one; expected either "
-                        "loss_scale=dynamic or no %s",
-                        where, show(&a, v->kv[K_LOSS_SCALE]->val), keys[dynamic_key].name,
-                        show(&b, v->kv[dynamic_key]->val), keys[dynamic_key].name,
-                        keys[dynamic_key].name);
+            AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                             "%s loss_scale=%s and %s=%s: a number for loss_scale sets a static "
+                             "scale, and %s only applies to a dynamic one; expected either "
+                             "loss_scale=dynamic or no %s",
+                             where, show(&a, v->kv[K_LOSS_SCALE]->val), keys[dynamic_key].name,
+                             show(&b, v->kv[dynamic_key]->val), keys[dynamic_key].name,
+                             keys[dynamic_key].name);
         o->dynamic = 0;
         o->init_scale = (float)v->num[K_LOSS_SCALE];
     } else if (v->loss_scale_dynamic || dynamic_key >= 0) {
@@ -447,17 +444,21 @@ static amp_status combine(const parsed *v, const char *where, amp_dtype default_
     if (v->kv[K_MAX_SCALE]) o->max_scale = (float)v->num[K_MAX_SCALE];
     if (v->kv[K_MAX_SKIPS]) o->max_skips = v->integer[K_MAX_SKIPS];
 
-    if (o->max_scale < o->min_scale)
-        return fail(err, errlen, "%s %s and %s: expected amp_max_scale >= amp_min_scale", where,
-                    describe(&hi, v, K_MAX_SCALE, o->max_scale),
-                    describe(&lo, v, K_MIN_SCALE, o->min_scale));
-    if (o->dynamic && (o->init_scale < o->min_scale || o->init_scale > o->max_scale))
-        return fail(err, errlen,
-                    "%s %s with %s and %s: expected amp_min_scale <= amp_init_scale <= "
-                    "amp_max_scale",
-                    where, describe(&init, v, K_INIT_SCALE, o->init_scale),
-                    describe(&lo, v, K_MIN_SCALE, o->min_scale),
-                    describe(&hi, v, K_MAX_SCALE, o->max_scale));
+    /* The rules between keys are the scaler's (scaler.c); here they are told
+     * in the cfg's words. */
+    amp_option_field field;
+    const char *why = amp_options_invalid(o, &field);
+    AMP_RETURN_ERROR_IF(why && field == AMP_FIELD_SCALE_BOUNDS, AMP_ERR_INVALID, err, errlen,
+                        "%s %s and %s: expected amp_max_scale >= amp_min_scale", where,
+                        describe(&hi, v, K_MAX_SCALE, o->max_scale),
+                        describe(&lo, v, K_MIN_SCALE, o->min_scale));
+    AMP_RETURN_ERROR_IF(why && field == AMP_FIELD_INIT_IN_BOUNDS, AMP_ERR_INVALID, err, errlen,
+                        "%s %s with %s and %s: expected amp_min_scale <= amp_init_scale <= "
+                        "amp_max_scale",
+                        where, describe(&init, v, K_INIT_SCALE, o->init_scale),
+                        describe(&lo, v, K_MIN_SCALE, o->min_scale),
+                        describe(&hi, v, K_MAX_SCALE, o->max_scale));
+    AMP_RETURN_ERROR_IF(why, AMP_ERR_INVALID, err, errlen, "%s: %s", where, why);
     return AMP_OK;
 }
 
@@ -471,14 +472,16 @@ amp_status amp_options_parse_net(list *net_options, const char *cfgfile, amp_dty
     if (err && errlen) err[0] = '\0';
     snprintf(where, sizeof where, "%s: [net]", cfgfile ? cfgfile : "(cfg)");
     if (!enabled || !o)
-        return fail(err, errlen, "%s: amp_options_parse_net: enabled and o must not be NULL",
-                    where);
+        AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                         "%s: amp_options_parse_net: enabled and o must not be NULL",
+                         where);
     *enabled = 0;
     if (default_dtype != AMP_DTYPE_FLOAT32 && default_dtype != AMP_DTYPE_FLOAT16 &&
         default_dtype != AMP_DTYPE_BFLOAT16) {
         amp_options_init(o, AMP_DTYPE_FLOAT32);
-        return fail(err, errlen, "%s: amp_options_parse_net: default dtype %d is not an amp_dtype",
-                    where, (int)default_dtype);
+        AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                         "%s: amp_options_parse_net: default dtype %d is not an amp_dtype",
+                         where, (int)default_dtype);
     }
     amp_options_init(o, default_dtype);
     st = read_net_keys(net_options, where, &v, err, errlen);
@@ -504,8 +507,9 @@ amp_status amp_options_parse_layer(list *layer_options, const char *cfgfile, int
     snprintf(where, sizeof where, "%s: layer %d %s%s%s", cfgfile ? cfgfile : "(cfg)", index,
              bracketed ? "" : "[", type ? show(&t, type) : "?", bracketed ? "" : "]");
     if (!half_allowed)
-        return fail(err, errlen, "%s: amp_options_parse_layer: half_allowed must not be NULL",
-                    where);
+        AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                         "%s: amp_options_parse_layer: half_allowed must not be NULL",
+                         where);
     *half_allowed = 1;
     memset(&v, 0, sizeof v);
     for (n = layer_options ? layer_options->front : NULL; n; n = n->next) {
@@ -518,25 +522,42 @@ amp_status amp_options_parse_layer(list *layer_options, const char *cfgfile, int
             show(&key, p->key);
             show(&val, p->val);
             if (find_key(p->key) >= 0)
-                return fail(err, errlen,
-                            "%s %s=%s: this key belongs in [net]; a layer section takes only "
-                            "amp=0 (stay float32) or amp=1",
-                            where, key.s, val.s);
+                AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                                 "%s %s=%s: this key belongs in [net]; a layer section takes only "
+                                 "amp=0 (stay float32) or amp=1",
+                                 where, key.s, val.s);
             guess = suggest(p->key);
-            return fail(err, errlen,
-                        "%s %s=%s: unknown AMP key%s%s%s; a layer section takes only amp=0 "
-                        "(stay float32) or amp=1",
-                        where, key.s, val.s, guess ? " (did you mean " : "", guess ? guess : "",
-                        guess ? "?)" : "");
+            AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                             "%s %s=%s: unknown AMP key%s%s%s; a layer section takes only amp=0 "
+                             "(stay float32) or amp=1",
+                             where, key.s, val.s, guess ? " (did you mean " : "",
+                             guess ? guess : "", guess ? "?)" : "");
         }
         p->used = 1;
         if (amp)
-            return fail(err, errlen, "%s amp=%s: amp is given twice (first as amp=%s); keep one",
-                        where, show(&val, p->val), show(&first, amp->val));
+            AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                             "%s amp=%s: amp is given twice (first as amp=%s); keep one",
+                             where, show(&val, p->val), show(&first, amp->val));
         amp = p;
         st = check_value(K_AMP, p, &v, where, err, errlen);
         if (st != AMP_OK) return st;
     }
     if (amp) *half_allowed = (int)v.integer[K_AMP];
     return AMP_OK;
+}
+
+/* ---- The environment (docs/cfg.md, docs/testing.md) ---- */
+
+void amp_env_read(amp_env *env)
+{
+    const char *prof = getenv("DARKNET_AMP_PROFILE");
+    env->cpu = getenv("DARKNET_AMP_CPU");
+    env->profile = prof && *prof && strcmp(prof, "0") != 0;
+    env->inject = getenv("DARKNET_AMP_INJECT");
+}
+
+int amp_env_crash_in_save(void)
+{
+    const char *crash = getenv("DARKNET_AMP_TEST_CRASH_IN_SAVE");
+    return crash && strcmp(crash, "1") == 0;
 }

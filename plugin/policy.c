@@ -1,6 +1,6 @@
 /* The autocast policy: which darknet layers run their GEMM/convolution in half
  * precision. One table, by layer type (docs/design.md, "Autocast policy"). */
-#include "amp_internal.h"
+#include "core.h"
 #include "network.h" /* get_layer_string */
 
 #include <stdio.h>
@@ -40,16 +40,16 @@ amp_precision amp_policy(const layer *l, amp_dtype dtype, int half_allowed)
     return AMP_PRECISION_FP32;
 }
 
-static const char *precision_name(amp_precision p, amp_backend b, amp_dtype dtype, char *buf,
+static const char *precision_name(amp_precision p, amp_impl b, amp_dtype dtype, char *buf,
                                   size_t n)
 {
     switch (p) {
     case AMP_PRECISION_HALF:
         snprintf(buf, n, "%s (%s)", amp_dtype_name(dtype),
-                 b == AMP_BACKEND_ONEDNN  ? "oneDNN"
-                 : b == AMP_BACKEND_CUDNN  ? "cuDNN"
-                 : b == AMP_BACKEND_CUBLAS ? "cuBLAS"
-                                           : "emulated");
+                 b == AMP_IMPL_ONEDNN  ? "oneDNN"
+                 : b == AMP_IMPL_CUDNN  ? "cuDNN"
+                 : b == AMP_IMPL_CUBLAS ? "cuBLAS"
+                                        : "emulated");
         return buf;
     case AMP_PRECISION_OFF: return "float32 (amp=0)";
     case AMP_PRECISION_FALLBACK: return "float32 (no half path)";
@@ -57,11 +57,11 @@ static const char *precision_name(amp_precision p, amp_backend b, amp_dtype dtyp
     }
 }
 
-/* What a layer runs in: its precision and, for half layers, the backend. */
+/* What a layer runs in: its precision and, for half layers, what runs it. */
 static int kind(const amp_layer *al)
 {
-    return (int)al->precision * AMP_BACKEND_COUNT +
-           (al->precision == AMP_PRECISION_HALF ? (int)al->backend : 0);
+    return (int)al->precision * AMP_IMPL_COUNT +
+           (al->precision == AMP_PRECISION_HALF ? (int)al->impl : 0);
 }
 
 /* One line per precision and backend: the layer indices, runs collapsed
@@ -70,7 +70,7 @@ void amp_policy_print(const amp_net *an, FILE *out)
 {
     const network *net = an->net;
     const amp_dtype dtype = an->scaler->opt.dtype;
-    for (int p = 0; p < AMP_PRECISION_COUNT * AMP_BACKEND_COUNT; ++p) {
+    for (int p = 0; p < AMP_PRECISION_COUNT * AMP_IMPL_COUNT; ++p) {
         char line[1024] = "", name[64];
         size_t len = 0;
         int count = 0;
@@ -86,8 +86,8 @@ void amp_policy_print(const amp_net *an, FILE *out)
         }
         if (count)
             fprintf(out, "amp:   %-28s %3d layers: %s\n",
-                    precision_name((amp_precision)(p / AMP_BACKEND_COUNT),
-                                   (amp_backend)(p % AMP_BACKEND_COUNT), dtype, name, sizeof name),
+                    precision_name((amp_precision)(p / AMP_IMPL_COUNT),
+                                   (amp_impl)(p % AMP_IMPL_COUNT), dtype, name, sizeof name),
                     count, line);
     }
 }

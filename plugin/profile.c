@@ -2,7 +2,7 @@
  * the wall time of its forward and backward, the part of it spent in the
  * GEMM/convolution with its conversions, and the work done (2 flops per
  * multiply-add); amp_profile_print sums them at the end of training. */
-#include "amp_internal.h"
+#include "backend.h"
 #include "network.h" /* get_layer_string */
 
 #include <time.h>
@@ -43,12 +43,13 @@ void amp_profile_install(amp_net *an)
     for (int i = 0; i < an->net->n; ++i) {
         layer *l = &an->net->layers[i];
         amp_layer *al = &an->layers[i];
-        al->prof.next_forward = l->forward;
-        al->prof.next_backward = l->backward;
-        al->prof.next_update = l->update;
-        if (l->forward) l->forward = timed_forward;
-        if (l->backward) l->backward = timed_backward;
-        if (l->update) l->update = timed_update;
+        const amp_slots sl = an->ops->slots(l);
+        al->prof.next_forward = *sl.forward;
+        al->prof.next_backward = *sl.backward;
+        al->prof.next_update = *sl.update;
+        if (*sl.forward) *sl.forward = timed_forward;
+        if (*sl.backward) *sl.backward = timed_backward;
+        if (*sl.update) *sl.update = timed_update;
         l->hook_data = al;
         al->wrapped = 1; /* detach puts darknet's pointers back */
     }
@@ -111,7 +112,7 @@ void amp_profile_print(const amp_net *an, FILE *out)
         fprintf(out,
                 "amp: profile: layer %3d %-5s %4d x%4d x%4d -> %4d: forward %8.3f s, backward "
                 "%8.3f s, GEMM %8.3f s, %7.1f GFLOP/s\n",
-                i, an->layers[i].backend == AMP_BACKEND_ONEDNN ? "dnnl" : "emul", l->w, l->h, l->c,
+                i, an->layers[i].impl == AMP_IMPL_ONEDNN ? "dnnl" : "emul", l->w, l->h, l->c,
                 l->out_c, p->fwd_s, p->bwd_s, p->gemm_s, p->gemm_s > 0 ? p->gflop / p->gemm_s : 0);
         sum.fwd_s += p->fwd_s;
         sum.bwd_s += p->bwd_s;

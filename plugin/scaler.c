@@ -1,8 +1,16 @@
 /* The loss scaler: one scale shared by the networks that use it, updated once
- * per iteration from the OR of their overflow flags (scale_rule.h). */
-#include "amp_internal.h"
+ * per iteration from the OR of their overflow flags (scale_rule.h, on the
+ * host or, for a device-decided step, on the device).
+ *
+ * The one place for the scaler's invariants (amp_options_invalid: the cfg
+ * keys, amp_scaler_create; amp_scale_state_invalid: the state file;
+ * amp_scale_state_fit: a state resumed under other options) and for what a
+ * step's outcome means (amp_step_settled: the skip message, the scale's
+ * update and its message, amp_max_skips).
+ */
+#include "core.h"
+#include "half.h" /* amp_f32_bits */
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,15 +39,67 @@ const char *amp_status_name(amp_status status)
     return "unknown status";
 }
 
-int amp_errorf(char *err, size_t errlen, const char *fmt, ...)
+/* ---- invariants ---- */
+
+const char *amp_options_invalid(const amp_options *o, amp_option_field *field)
 {
-    va_list ap;
-    if (!err || !errlen) return 0;
-    va_start(ap, fmt);
-    int n = vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return n;
+    amp_option_field f;
+    const char *why = NULL;
+    if (o->dtype != AMP_DTYPE_FLOAT32 && o->dtype != AMP_DTYPE_FLOAT16 &&
+        o->dtype != AMP_DTYPE_BFLOAT16)
+        f = AMP_FIELD_DTYPE, why = "unknown dtype";
+    else if (!(o->init_scale > 0) || !amp_finite(o->init_scale))
+        f = AMP_FIELD_INIT_SCALE, why = "init_scale must be a finite number > 0";
+    else if (!(o->growth_factor > 1) || !amp_finite(o->growth_factor))
+        f = AMP_FIELD_GROWTH_FACTOR, why = "growth_factor must be a finite number > 1";
+    else if (!(o->backoff_factor > 0 && o->backoff_factor < 1))
+        f = AMP_FIELD_BACKOFF_FACTOR, why = "backoff_factor must lie in (0, 1)";
+    else if (o->growth_interval < 1)
+        f = AMP_FIELD_GROWTH_INTERVAL, why = "growth_interval must be >= 1";
+    else if (o->hysteresis < 1)
+        f = AMP_FIELD_HYSTERESIS, why = "hysteresis must be >= 1";
+    else if (!(o->min_scale > 0) || !(o->max_scale >= o->min_scale) || !amp_finite(o->max_scale))
+        f = AMP_FIELD_SCALE_BOUNDS, why = "need 0 < min_scale <= max_scale < inf";
+    else if (o->dynamic && (o->init_scale < o->min_scale || o->init_scale > o->max_scale))
+        f = AMP_FIELD_INIT_IN_BOUNDS, why = "init_scale must lie in [min_scale, max_scale]";
+    else if (o->max_skips < 0)
+        f = AMP_FIELD_MAX_SKIPS, why = "max_skips must be >= 0";
+    else
+        return NULL;
+    if (field) *field = f;
+    return why;
 }
+
+const char *amp_scale_state_invalid(const amp_scale_state *st, char *buf, size_t size)
+{
+    if (!amp_finite(st->scale) || !(st->scale > 0.0f))
+        snprintf(buf, size, "scale %g (bits 0x%08x) is not a finite number > 0", (double)st->scale,
+                 (unsigned)amp_f32_bits(st->scale));
+    else if (st->growth_tracker < 0)
+        snprintf(buf, size, "negative growth_tracker %ld", st->growth_tracker);
+    else if (st->hysteresis_left < 0)
+        snprintf(buf, size, "negative hysteresis_left %d", st->hysteresis_left);
+    else if (st->consecutive_skips < 0)
+        snprintf(buf, size, "negative consecutive_skips %ld", st->consecutive_skips);
+    else if (st->skips > st->steps)
+        snprintf(buf, size, "skips %llu > steps %llu", st->skips, st->steps);
+    else
+        return NULL;
+    return buf;
+}
+
+void amp_scale_state_fit(amp_scale_state *st, const amp_options *o)
+{
+    /* A static scale is the cfg's; only the counters come from the file. A
+     * dynamic one is kept within this cfg's bounds, which may have changed. */
+    if (!o->dynamic) st->scale = o->init_scale;
+    if (st->scale < o->min_scale) st->scale = o->min_scale;
+    if (st->scale > o->max_scale && o->dynamic) st->scale = o->max_scale;
+    if (st->hysteresis_left > o->hysteresis || st->hysteresis_left < 1)
+        st->hysteresis_left = o->hysteresis;
+}
+
+/* ---- the scaler ---- */
 
 void amp_scaler_setup(amp_scaler *s, const amp_options *o)
 {
@@ -55,45 +115,15 @@ void amp_scaler_setup(amp_scaler *s, const amp_options *o)
     amp_scale_state_init(&s->state, &s->params, o->init_scale);
 }
 
-static int valid_options(const amp_options *o, char *err, size_t errlen)
-{
-    const char *why = NULL;
-    if (o->dtype != AMP_DTYPE_FLOAT32 && o->dtype != AMP_DTYPE_FLOAT16 &&
-        o->dtype != AMP_DTYPE_BFLOAT16)
-        why = "unknown dtype";
-    else if (!(o->init_scale > 0) || !amp_finite(o->init_scale))
-        why = "init_scale must be a finite number > 0";
-    else if (!(o->growth_factor > 1) || !amp_finite(o->growth_factor))
-        why = "growth_factor must be a finite number > 1";
-    else if (!(o->backoff_factor > 0 && o->backoff_factor < 1))
-        why = "backoff_factor must lie in (0, 1)";
-    else if (o->growth_interval < 1)
-        why = "growth_interval must be >= 1";
-    else if (o->hysteresis < 1)
-        why = "hysteresis must be >= 1";
-    else if (!(o->min_scale > 0) || !(o->max_scale >= o->min_scale) || !amp_finite(o->max_scale))
-        why = "need 0 < min_scale <= max_scale < inf";
-    else if (o->dynamic && (o->init_scale < o->min_scale || o->init_scale > o->max_scale))
-        why = "init_scale must lie in [min_scale, max_scale]";
-    else if (o->max_skips < 0)
-        why = "max_skips must be >= 0";
-    if (why) amp_errorf(err, errlen, "amp_scaler_create: %s", why);
-    return why == NULL;
-}
-
 amp_status amp_scaler_create(const amp_options *o, amp_scaler **out, char *err, size_t errlen)
 {
-    if (!o || !out) {
-        amp_errorf(err, errlen, "amp_scaler_create: NULL argument");
-        return AMP_ERR_INVALID;
-    }
+    AMP_RETURN_ERROR_IF(!o || !out, AMP_ERR_INVALID, err, errlen,
+                        "amp_scaler_create: NULL argument");
     *out = NULL;
-    if (!valid_options(o, err, errlen)) return AMP_ERR_INVALID;
+    const char *why = amp_options_invalid(o, NULL);
+    AMP_RETURN_ERROR_IF(why, AMP_ERR_INVALID, err, errlen, "amp_scaler_create: %s", why);
     amp_scaler *s = malloc(sizeof *s);
-    if (!s) {
-        amp_errorf(err, errlen, "amp_scaler_create: out of memory");
-        return AMP_ERR_NOMEM;
-    }
+    AMP_RETURN_ERROR_IF(!s, AMP_ERR_NOMEM, err, errlen, "amp_scaler_create: out of memory");
     amp_scaler_setup(s, o);
     *out = s;
     return AMP_OK;
@@ -119,34 +149,67 @@ unsigned long long amp_scaler_skips(const amp_scaler *s)
     return s ? s->state.skips : 0;
 }
 
+/* amp_max_skips consecutive skipped steps: AMP_ERR_NONFINITE with why. */
+static amp_status check_max_skips(const amp_scaler *s, char *err, size_t errlen)
+{
+    AMP_RETURN_ERROR_IF(s->opt.max_skips > 0 && s->state.consecutive_skips >= s->opt.max_skips,
+                        AMP_ERR_NONFINITE, err, errlen,
+                        "amp: %ld consecutive steps skipped (amp_max_skips=%ld): gradients are "
+                        "not finite, first in %s, at loss scale %g (amp_min_scale %g)",
+                        s->state.consecutive_skips, s->opt.max_skips,
+                        s->first_bad[0] ? s->first_bad : "an unknown layer", s->state.scale,
+                        s->opt.min_scale);
+    return AMP_OK;
+}
+
 amp_status amp_scaler_apply(amp_scaler *s, char *err, size_t errlen)
 {
     int found_inf = s->pending_inf;
     s->pending = 0;
     s->pending_inf = 0;
     amp_scale_update(&s->state, &s->params, found_inf);
-    if (found_inf && s->opt.max_skips > 0 && s->state.consecutive_skips >= s->opt.max_skips) {
-        amp_errorf(err, errlen,
-                   "amp: %ld consecutive steps skipped (amp_max_skips=%ld): gradients are not "
-                   "finite, first in %s, at loss scale %g (amp_min_scale %g)",
-                   s->state.consecutive_skips, s->opt.max_skips,
-                   s->first_bad[0] ? s->first_bad : "an unknown layer", s->state.scale,
-                   s->opt.min_scale);
-        return AMP_ERR_NONFINITE;
-    }
-    return AMP_OK;
+    return found_inf ? check_max_skips(s, err, errlen) : AMP_OK;
 }
 
 amp_status amp_update(amp_scaler *s, char *err, size_t errlen)
 {
-    if (!s) {
-        amp_errorf(err, errlen, "amp_update: NULL scaler");
-        return AMP_ERR_INVALID;
-    }
-    if (!s->pending) {
-        amp_errorf(err, errlen, "amp_update: no network was stepped since the last update "
-                                "(call amp_step first)");
-        return AMP_ERR_STATE;
-    }
+    AMP_RETURN_ERROR_IF(!s, AMP_ERR_INVALID, err, errlen, "amp_update: NULL scaler");
+    AMP_RETURN_ERROR_IF(!s->pending, AMP_ERR_STATE, err, errlen,
+                        "amp_update: no network was stepped since the last update (call "
+                        "amp_step first)");
     return amp_scaler_apply(s, err, errlen);
+}
+
+/* ---- a step's outcome ---- */
+
+void amp_step_settled(amp_net *an, const amp_step_outcome *o)
+{
+    amp_scaler *s = an->scaler;
+    an->skipped = o->skipped;
+    an->bad[0] = 0;
+    if (an->error_status == AMP_ERR_NONFINITE) { /* decided again below */
+        an->error[0] = 0;
+        an->error_status = AMP_OK;
+    }
+    if (o->skipped) {
+        amp_describe_tensor(an, o->bad_tensor, an->bad, sizeof an->bad);
+        if (o->take_back_t) *an->net->t -= 1;
+        if (!s->pending_inf) snprintf(s->first_bad, sizeof s->first_bad, "%s", an->bad);
+        fprintf(stderr, "amp: step %llu skipped: non-finite gradient, first in %s (loss scale %g)\n",
+                o->seq, an->bad, o->batch_scale);
+    }
+    const float before = s->state.scale;
+    char err[AMP_MSG_LEN];
+    amp_status st = AMP_OK;
+    if (o->state) { /* the device updated the scale */
+        s->state = *o->state;
+        if (o->skipped) st = check_max_skips(s, err, sizeof err);
+    } else {
+        s->pending += 1;
+        s->pending_inf |= o->skipped;
+        if (an->owns_scaler) st = amp_scaler_apply(s, err, sizeof err);
+    }
+    if (st != AMP_OK) amp_net_fail(an, st, "%s", err);
+    if (s->state.scale != before)
+        fprintf(stderr, "amp: loss scale %g -> %g\n", before, s->state.scale);
 }

@@ -37,6 +37,7 @@
  * previous sidecar readable. Any other value, or none, is ignored.
  */
 #include "state_file.h"
+#include "core.h" /* amp_errorf, amp_scale_state_invalid, amp_env_crash_in_save */
 #include "half.h" /* amp_f32_bits */
 
 #include <errno.h>
@@ -44,7 +45,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,14 +73,6 @@ typedef char sf_float_is_binary32[sizeof(float) == 4 ? 1 : -1];
 #error "amp_scale_state.steps/skips (unsigned long long) must fit a u64"
 #endif
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (!err || errlen == 0) return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* Bitwise CRC-32: the file is 60 bytes, so a table buys nothing. */
 static uint32_t sf_crc32(const unsigned char *p, size_t n)
@@ -144,33 +136,37 @@ typedef struct sf_values {
 
 /* 0 when v is a state the scaler can run from; otherwise -1 and why. Shared by
  * the writer (never write what the reader would refuse) and the reader. */
+static amp_scale_state to_state(const sf_values *v)
+{
+    amp_scale_state st;
+    st.scale = v->scale;
+    st.growth_tracker = (long)v->growth_tracker;
+    st.hysteresis_left = (int)v->hysteresis_left;
+    st.consecutive_skips = (long)v->consecutive_skips;
+    st.steps = (unsigned long long)v->steps;
+    st.skips = (unsigned long long)v->skips;
+    return st;
+}
+
+/* The file's values: a known dtype, counters that fit this host's types, and
+ * the scaler state's own invariants (scaler.c). */
 static int check_values(const sf_values *v, char *why, size_t n)
 {
     if (v->dtype != AMP_DTYPE_FLOAT32 && v->dtype != AMP_DTYPE_FLOAT16 &&
         v->dtype != AMP_DTYPE_BFLOAT16) {
         snprintf(why, n, "unknown dtype %" PRIu32, v->dtype);
-    } else if (!amp_finite(v->scale) || !(v->scale > 0.0f)) {
-        snprintf(why, n, "scale %g (bits 0x%08" PRIx32 ") is not a finite number > 0",
-                 (double)v->scale, amp_f32_bits(v->scale));
-    } else if (v->growth_tracker < 0) {
-        snprintf(why, n, "negative growth_tracker %" PRId64, v->growth_tracker);
-    } else if (v->hysteresis_left < 0) {
-        snprintf(why, n, "negative hysteresis_left %" PRId32, v->hysteresis_left);
-    } else if (v->consecutive_skips < 0) {
-        snprintf(why, n, "negative consecutive_skips %" PRId64, v->consecutive_skips);
-    } else if (v->skips > v->steps) {
-        snprintf(why, n, "skips %" PRIu64 " > steps %" PRIu64, v->skips, v->steps);
-#if LONG_MAX < INT64_MAX
-    } else if (v->growth_tracker > LONG_MAX) {
-        snprintf(why, n, "growth_tracker %" PRId64 " does not fit a long here", v->growth_tracker);
-    } else if (v->consecutive_skips > LONG_MAX) {
-        snprintf(why, n, "consecutive_skips %" PRId64 " does not fit a long here",
-                 v->consecutive_skips);
-#endif
-    } else {
-        return 0;
+        return -1;
     }
-    return -1;
+#if LONG_MAX < INT64_MAX
+    if (v->growth_tracker > LONG_MAX || v->growth_tracker < LONG_MIN ||
+        v->consecutive_skips > LONG_MAX || v->consecutive_skips < LONG_MIN) {
+        snprintf(why, n, "a counter (growth_tracker %" PRId64 ", consecutive_skips %" PRId64
+                         ") does not fit a long here", v->growth_tracker, v->consecutive_skips);
+        return -1;
+    }
+#endif
+    const amp_scale_state st = to_state(v);
+    return amp_scale_state_invalid(&st, why, n) ? -1 : 0;
 }
 
 int amp_state_file_path(const char *weights, char *out, size_t size)
@@ -217,7 +213,7 @@ static amp_status sync_dir(const char *sidecar, char *err, size_t errlen)
     }
     fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
-        set_err(err, errlen,
+        amp_errorf(err, errlen,
                 "state file %s: saved, but cannot open its directory %s to sync it: %s", sidecar,
                 dir, strerror(errno));
         return AMP_ERR_IO;
@@ -225,7 +221,7 @@ static amp_status sync_dir(const char *sidecar, char *err, size_t errlen)
     if (fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP) {
         e = errno;
         close(fd);
-        set_err(err, errlen, "state file %s: saved, but syncing its directory %s failed: %s",
+        amp_errorf(err, errlen, "state file %s: saved, but syncing its directory %s failed: %s",
                 sidecar, dir, strerror(e));
         return AMP_ERR_IO;
     }
@@ -238,24 +234,24 @@ amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_
 {
     char path[SF_PATH_MAX], tmp[SF_PATH_MAX], why[160];
     unsigned char buf[SF_FILE_SIZE];
-    const char *crash = getenv("DARKNET_AMP_TEST_CRASH_IN_SAVE");
+    const int crash = amp_env_crash_in_save();
     sf_values v;
     int fd = -1, attempt, e;
 
     if (err && errlen) err[0] = '\0';
     if (!weights || !s) {
-        set_err(err, errlen, "amp_state_file_write: %s is NULL",
+        amp_errorf(err, errlen, "amp_state_file_write: %s is NULL",
                 weights ? "the state" : "the weights path");
         return AMP_ERR_INVALID;
     }
     if (amp_state_file_path(weights, path, sizeof path) != 0) {
-        set_err(err, errlen, "state file for %s: path longer than %d bytes", weights,
+        amp_errorf(err, errlen, "state file for %s: path longer than %d bytes", weights,
                 SF_PATH_MAX - 1);
         return AMP_ERR_INVALID;
     }
 #if LONG_MAX > INT64_MAX
     if (s->growth_tracker > INT64_MAX || s->consecutive_skips > INT64_MAX) {
-        set_err(err, errlen, "state file %s: refusing to save: a counter does not fit an i64",
+        amp_errorf(err, errlen, "state file %s: refusing to save: a counter does not fit an i64",
                 path);
         return AMP_ERR_INVALID;
     }
@@ -268,7 +264,7 @@ amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_
     v.steps = s->steps;
     v.skips = s->skips;
     if (check_values(&v, why, sizeof why) != 0) {
-        set_err(err, errlen, "state file %s: refusing to save: %s", path, why);
+        amp_errorf(err, errlen, "state file %s: refusing to save: %s", path, why);
         return AMP_ERR_INVALID;
     }
 
@@ -287,7 +283,7 @@ amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_
     for (attempt = 0; attempt < SF_TMP_TRIES; attempt++) {
         int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%d", path, (long)getpid(), attempt);
         if (n < 0 || (size_t)n >= sizeof tmp) {
-            set_err(err, errlen, "state file %s: temporary file name longer than %d bytes", path,
+            amp_errorf(err, errlen, "state file %s: temporary file name longer than %d bytes", path,
                     SF_PATH_MAX - 1);
             return AMP_ERR_INVALID;
         }
@@ -296,12 +292,12 @@ amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_
         if (fd >= 0 || errno != EEXIST) break;
     }
     if (fd < 0) {
-        set_err(err, errlen, "state file %s: cannot create temporary file %s: %s", path, tmp,
+        amp_errorf(err, errlen, "state file %s: cannot create temporary file %s: %s", path, tmp,
                 attempt == SF_TMP_TRIES ? "too many stale temporary files" : strerror(errno));
         return AMP_ERR_IO;
     }
 
-    if (crash && strcmp(crash, "1") == 0) {
+    if (crash) {
         /* write() has no user-space buffer, so the half is in the kernel, as a
          * crash between two writes of a buffered writer would leave it. */
         if (write_all(fd, buf, SF_FILE_SIZE / 2) == 0) raise(SIGKILL);
@@ -309,7 +305,7 @@ amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_
          * process is delivered before raise() returns. */
         close(fd);
         unlink(tmp);
-        set_err(err, errlen,
+        amp_errorf(err, errlen,
                 "state file %s: DARKNET_AMP_TEST_CRASH_IN_SAVE=1 did not kill the process", path);
         return AMP_ERR_IO;
     }
@@ -318,7 +314,7 @@ amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_
         e = errno;
         close(fd);
         unlink(tmp);
-        set_err(err, errlen, "state file %s: writing temporary file %s failed: %s", path, tmp,
+        amp_errorf(err, errlen, "state file %s: writing temporary file %s failed: %s", path, tmp,
                 strerror(e));
         return AMP_ERR_IO;
     }
@@ -326,21 +322,21 @@ amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_
         e = errno;
         close(fd);
         unlink(tmp);
-        set_err(err, errlen, "state file %s: fsync of temporary file %s failed: %s", path, tmp,
+        amp_errorf(err, errlen, "state file %s: fsync of temporary file %s failed: %s", path, tmp,
                 strerror(e));
         return AMP_ERR_IO;
     }
     if (close(fd) != 0) {
         e = errno;
         unlink(tmp);
-        set_err(err, errlen, "state file %s: closing temporary file %s failed: %s", path, tmp,
+        amp_errorf(err, errlen, "state file %s: closing temporary file %s failed: %s", path, tmp,
                 strerror(e));
         return AMP_ERR_IO;
     }
     if (rename(tmp, path) != 0) {
         e = errno;
         unlink(tmp);
-        set_err(err, errlen, "state file %s: renaming %s over it failed: %s", path, tmp,
+        amp_errorf(err, errlen, "state file %s: renaming %s over it failed: %s", path, tmp,
                 strerror(e));
         return AMP_ERR_IO;
     }
@@ -361,11 +357,11 @@ amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_
     if (err && errlen) err[0] = '\0';
     if (found) *found = 0;
     if (!weights || !dtype || !s || !found) {
-        set_err(err, errlen, "amp_state_file_read: NULL argument");
+        amp_errorf(err, errlen, "amp_state_file_read: NULL argument");
         return AMP_ERR_INVALID;
     }
     if (amp_state_file_path(weights, path, sizeof path) != 0) {
-        set_err(err, errlen, "state file for %s: path longer than %d bytes", weights,
+        amp_errorf(err, errlen, "state file for %s: path longer than %d bytes", weights,
                 SF_PATH_MAX - 1);
         return AMP_ERR_INVALID;
     }
@@ -373,7 +369,7 @@ amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENOENT) return AMP_OK;
-        set_err(err, errlen, "state file %s: cannot open: %s", path, strerror(errno));
+        amp_errorf(err, errlen, "state file %s: cannot open: %s", path, strerror(errno));
         return AMP_ERR_IO;
     }
     while (n < sizeof buf) {
@@ -382,7 +378,7 @@ amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_
             if (errno == EINTR) continue;
             e = errno;
             close(fd);
-            set_err(err, errlen, "state file %s: cannot read: %s", path, strerror(e));
+            amp_errorf(err, errlen, "state file %s: cannot read: %s", path, strerror(e));
             return AMP_ERR_IO;
         }
         if (r == 0) break;
@@ -391,41 +387,41 @@ amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_
     close(fd);
 
     if (n < SF_HEADER_SIZE) {
-        set_err(err, errlen, "state file %s: truncated: %zu bytes, shorter than the %d-byte header",
+        amp_errorf(err, errlen, "state file %s: truncated: %zu bytes, shorter than the %d-byte header",
                 path, n, SF_HEADER_SIZE);
         return AMP_ERR_FORMAT;
     }
     if (memcmp(buf, SF_MAGIC, SF_MAGIC_SIZE) != 0) {
-        set_err(err, errlen, "state file %s: not a darknet-amp state file (bad magic)", path);
+        amp_errorf(err, errlen, "state file %s: not a darknet-amp state file (bad magic)", path);
         return AMP_ERR_FORMAT;
     }
     version = get_u32(buf + 8);
     if (version != AMP_STATE_FORMAT_VERSION) {
-        set_err(err, errlen,
+        amp_errorf(err, errlen,
                 "state file %s: format version %" PRIu32 ", this build reads version %d", path,
                 version, AMP_STATE_FORMAT_VERSION);
         return AMP_ERR_FORMAT;
     }
     length = get_u32(buf + 12);
     if (length != SF_PAYLOAD_SIZE) {
-        set_err(err, errlen, "state file %s: payload length %" PRIu32 ", version %d has %d", path,
+        amp_errorf(err, errlen, "state file %s: payload length %" PRIu32 ", version %d has %d", path,
                 length, AMP_STATE_FORMAT_VERSION, SF_PAYLOAD_SIZE);
         return AMP_ERR_FORMAT;
     }
     if (n < SF_FILE_SIZE) {
-        set_err(err, errlen, "state file %s: truncated: %zu bytes, expected %d", path, n,
+        amp_errorf(err, errlen, "state file %s: truncated: %zu bytes, expected %d", path, n,
                 SF_FILE_SIZE);
         return AMP_ERR_FORMAT;
     }
     if (n > SF_FILE_SIZE) {
-        set_err(err, errlen, "state file %s: trailing bytes after the %d the format defines", path,
+        amp_errorf(err, errlen, "state file %s: trailing bytes after the %d the format defines", path,
                 SF_FILE_SIZE);
         return AMP_ERR_FORMAT;
     }
     stored = get_u32(buf + SF_CRC_OFFSET);
     computed = sf_crc32(buf, SF_CRC_OFFSET);
     if (stored != computed) {
-        set_err(err, errlen, "state file %s: checksum mismatch (stored 0x%08" PRIx32
+        amp_errorf(err, errlen, "state file %s: checksum mismatch (stored 0x%08" PRIx32
                 ", computed 0x%08" PRIx32 ")", path, stored, computed);
         return AMP_ERR_FORMAT;
     }
@@ -438,17 +434,12 @@ amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_
     v.steps = get_u64(buf + 44);
     v.skips = get_u64(buf + 52);
     if (check_values(&v, why, sizeof why) != 0) {
-        set_err(err, errlen, "state file %s: %s", path, why);
+        amp_errorf(err, errlen, "state file %s: %s", path, why);
         return AMP_ERR_FORMAT;
     }
 
     *dtype = (amp_dtype)v.dtype;
-    s->scale = v.scale;
-    s->growth_tracker = (long)v.growth_tracker;
-    s->hysteresis_left = (int)v.hysteresis_left;
-    s->consecutive_skips = (long)v.consecutive_skips;
-    s->steps = (unsigned long long)v.steps;
-    s->skips = (unsigned long long)v.skips;
+    *s = to_state(&v);
     *found = 1;
     return AMP_OK;
 }

@@ -14,6 +14,14 @@
 extern "C" {
 #endif
 
+/* Marks the library's exported functions: libdarknet_amp.so is built with
+ * hidden visibility and exports these alone. */
+#if defined(__GNUC__)
+#define AMP_API __attribute__((visibility("default")))
+#else
+#define AMP_API
+#endif
+
 #define DARKNET_AMP_VERSION_MAJOR 0
 #define DARKNET_AMP_VERSION_MINOR 1
 #define DARKNET_AMP_VERSION_PATCH 0
@@ -34,7 +42,8 @@ typedef enum amp_status {
     AMP_ERR_FORMAT = 4,    /* a state file is corrupt, truncated or of another version */
     AMP_ERR_NONFINITE = 5, /* amp_max_skips consecutive steps were skipped */
     AMP_ERR_NOMEM = 6,
-    AMP_ERR_DEVICE = 7     /* a CUDA, cuBLAS or cuDNN call failed, or the GPU cannot run the dtype */
+    AMP_ERR_DEVICE = 7     /* a CUDA, cuBLAS, cuDNN or oneDNN call failed, or the GPU cannot
+                              run the dtype */
 } amp_status;
 
 /* The scaler's settings; the [net] cfg keys of docs/cfg.md map onto them. */
@@ -53,18 +62,18 @@ typedef struct amp_options {
 
 /* Defaults: PyTorch GradScaler's (65536, x2, x0.5, 2000), hysteresis 1, scale in
  * [1, 2^24], no skip limit; bfloat16 defaults to a static scale of 1. */
-void amp_options_init(amp_options *o, amp_dtype dtype);
+AMP_API void amp_options_init(amp_options *o, amp_dtype dtype);
 
-const char *amp_version(void);
-const char *amp_dtype_name(amp_dtype dtype);
-const char *amp_status_name(amp_status status);
+AMP_API const char *amp_version(void);
+AMP_API const char *amp_dtype_name(amp_dtype dtype);
+AMP_API const char *amp_status_name(amp_status status);
 
 /* Makes darknet attach AMP to every network whose cfg says [net] amp=1 (and
  * validate the AMP keys of every cfg). The fork's darknet program does this at
  * start-up; other programs call it once. Idempotent. Detach every network
  * before amp_unregister, or their attachments are not freed with them. */
-amp_status amp_register(void);
-void amp_unregister(void);
+AMP_API amp_status amp_register(void);
+AMP_API void amp_unregister(void);
 
 /* ---- Explicit scaler, for custom loops and several networks (GradScaler) ----
  *
@@ -76,12 +85,13 @@ void amp_unregister(void);
  */
 typedef struct amp_scaler amp_scaler;
 
-amp_status amp_scaler_create(const amp_options *o, amp_scaler **out, char *err, size_t errlen);
-void amp_scaler_free(amp_scaler *s);
-float amp_scaler_get_scale(const amp_scaler *s);
+AMP_API amp_status amp_scaler_create(const amp_options *o, amp_scaler **out, char *err,
+                                     size_t errlen);
+AMP_API void amp_scaler_free(amp_scaler *s);
+AMP_API float amp_scaler_get_scale(const amp_scaler *s);
 /* Totals since creation (or since the state was loaded). */
-unsigned long long amp_scaler_steps(const amp_scaler *s);
-unsigned long long amp_scaler_skips(const amp_scaler *s);
+AMP_API unsigned long long amp_scaler_steps(const amp_scaler *s);
+AMP_API unsigned long long amp_scaler_skips(const amp_scaler *s);
 
 /* Attaches AMP to a built network with s as its scaler (s must outlive the
  * attachment; NULL: a scaler of its own with amp_options_init(float32)
@@ -94,37 +104,38 @@ unsigned long long amp_scaler_skips(const amp_scaler *s);
  * writes into a delta itself (a custom loss, a GAN generator fed the
  * discriminator's input delta of another scaler) must be multiplied by
  * amp_scaler_get_scale() too. */
-amp_status amp_attach(struct network *net, amp_scaler *s, char *err, size_t errlen);
-void amp_detach(struct network *net);
+AMP_API amp_status amp_attach(struct network *net, amp_scaler *s, char *err, size_t errlen);
+AMP_API void amp_detach(struct network *net);
 /* The scaler a network uses, or NULL when AMP is not attached. */
-amp_scaler *amp_network_scaler(const struct network *net);
+AMP_API amp_scaler *amp_network_scaler(const struct network *net);
 
 /* Checks every parameter gradient of net for inf/NaN and unscales it. A second
  * call before amp_step is AMP_ERR_STATE. */
-amp_status amp_unscale(amp_scaler *s, struct network *net, char *err, size_t errlen);
+AMP_API amp_status amp_unscale(amp_scaler *s, struct network *net, char *err, size_t errlen);
 /* darknet's update_network(net) if the gradients were finite; otherwise the
  * step is skipped and weights, momentum and t stay as before the batch.
  * Unscales first if amp_unscale was not called. */
-amp_status amp_step(amp_scaler *s, struct network *net, char *err, size_t errlen);
+AMP_API amp_status amp_step(amp_scaler *s, struct network *net, char *err, size_t errlen);
 /* Updates the scale once from the OR of the overflow flags of the networks
  * stepped since the last update. AMP_ERR_STATE when none was stepped;
  * AMP_ERR_NONFINITE when amp_max_skips is reached. */
-amp_status amp_update(amp_scaler *s, char *err, size_t errlen);
+AMP_API amp_status amp_update(amp_scaler *s, char *err, size_t errlen);
 /* 1 when net's last step was skipped, 0 when it ran, -1 when not attached. */
-int amp_step_skipped(const amp_scaler *s, const struct network *net);
+AMP_API int amp_step_skipped(const amp_scaler *s, const struct network *net);
 
 /* Diagnostics: of the nonzero gradient elements that entered net's
  * half-precision layers in the current or last batch, the fraction that
  * rounding to the half type flushed to zero (underflow: what loss scaling is
  * for). 0 without half layers; -1 when AMP is not attached. */
-double amp_network_flushed(const struct network *net);
+AMP_API double amp_network_flushed(const struct network *net);
 
 /* The scaler state of net, saved next to a weights file as <weights>.amp and
  * loaded from there. darknet's save_weights/load_weights do this by
  * themselves for attached networks. A missing file is AMP_OK with *found = 0. */
-amp_status amp_save_state(const struct network *net, const char *weights, char *err, size_t errlen);
-amp_status amp_load_state(struct network *net, const char *weights, int *found, char *err,
-                          size_t errlen);
+AMP_API amp_status amp_save_state(const struct network *net, const char *weights, char *err,
+                                  size_t errlen);
+AMP_API amp_status amp_load_state(struct network *net, const char *weights, int *found,
+                                  char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

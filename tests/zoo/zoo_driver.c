@@ -41,7 +41,7 @@
  */
 #include "darknet.h"
 #ifdef DARKNET_AMP
-#include "amp_internal.h" /* per-layer precision: which layers fell back to float32 */
+#include "core.h" /* per-layer precision: which layers fell back to float32 */
 #include "network.h"      /* get_layer_string */
 #endif
 
@@ -430,7 +430,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < net->n; ++i) {
             half += an->layers[i].precision == AMP_PRECISION_HALF;
             onednn += an->layers[i].precision == AMP_PRECISION_HALF &&
-                      an->layers[i].backend == AMP_BACKEND_ONEDNN;
+                      an->layers[i].impl == AMP_IMPL_ONEDNN;
             if (an->layers[i].precision != AMP_PRECISION_FALLBACK) continue;
             int seen = 0, count = 0;
             for (int j = 0; j < net->n; ++j) {

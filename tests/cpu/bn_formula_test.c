@@ -14,7 +14,7 @@
  * Bound: 1e-5 relative to the largest value of each tensor (float sums of
  * a few hundred terms against double).
  */
-#include "amp_internal.h"
+#include "cpu.h"
 #include "check.h"
 
 #include <math.h>

@@ -12,7 +12,7 @@
  * for bit: a half layer still computing with its half copy of the weights
  * from before the update differs by percents.
  */
-#include "amp_internal.h"
+#include "core.h"
 #include "check.h"
 
 #include <math.h>

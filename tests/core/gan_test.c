@@ -6,7 +6,7 @@
  *
  * Network A gets a NaN injected into layer 1's weights gradient at its step 2.
  */
-#include "amp_internal.h"
+#include "core.h"
 
 #include <stdio.h>
 #include "check.h"

@@ -19,7 +19,7 @@
  * 4. (all) a training step (forward, backward, update): a finite loss, and a
  *    finite output afterwards.
  */
-#include "amp_internal.h"
+#include "cpu.h"
 #include "check.h"
 
 #include <math.h>

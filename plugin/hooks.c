@@ -1,18 +1,14 @@
-/* darknet's hook table for AMP: reads and validates the AMP keys of every cfg,
- * attaches AMP to networks whose [net] says amp=1, keeps the scaler state in a
- * <weights>.amp sidecar, and adds the scale to the training progress line. */
-#include "amp_internal.h"
+/* darknet's hook table for AMP (patches 0004 and 0006): reads and validates
+ * the AMP keys of every cfg, attaches AMP to networks whose [net] says amp=1,
+ * keeps the scaler state in a <weights>.amp state file, and adds the scale to
+ * the training progress line. Also amp_attach, for programs that build
+ * networks themselves. */
+#include "backend.h"
 #include "options.h"
 #include "state_file.h"
 
 #include <stdio.h>
 #include <string.h>
-
-#ifdef GPU
-#define AMP_DEFAULT_DTYPE AMP_DTYPE_FLOAT16
-#else
-#define AMP_DEFAULT_DTYPE AMP_DTYPE_BFLOAT16
-#endif
 
 /* The parse record lives in net->hook_data from [net] to network_parsed. */
 static int on_net_options(void *ctx, network *net, list *options, const char *cfgfile, char *err,
@@ -21,8 +17,10 @@ static int on_net_options(void *ctx, network *net, list *options, const char *cf
     (void)ctx;
     int enabled = 0;
     amp_options o;
-    if (amp_options_parse_net(options, cfgfile, AMP_DEFAULT_DTYPE, &enabled, &o, err, errlen) !=
-        AMP_OK)
+    /* The dtype by default: the network's backend's (float16 on a GPU,
+     * bfloat16 on the CPU); darknet has set net->gpu_index by now. */
+    const amp_dtype dtype = amp_backend_for(net)->default_dtype;
+    if (amp_options_parse_net(options, cfgfile, dtype, &enabled, &o, err, errlen) != AMP_OK)
         return 1;
     amp_net *an = amp_net_new(net);
     amp_scaler *s = NULL;
@@ -51,28 +49,23 @@ static int on_layer_options(void *ctx, network *net, int index, const char *type
     return 0;
 }
 
-static void describe(const amp_net *an)
+void amp_describe(const amp_net *an, FILE *out)
 {
     const amp_options *o = &an->scaler->opt;
     int params = 0;
     for (int i = 0; i < an->net->n; ++i) params += an->net->layers[i].update != NULL;
     if (o->dynamic)
-        fprintf(stderr, "amp: %s: %s, dynamic loss scale %.10g (x%g after %ld good steps, x%g on "
-                        "overflow%s, within [%.10g, %.10g])",
+        fprintf(out, "amp: %s: %s, dynamic loss scale %.10g (x%g after %ld good steps, x%g on "
+                     "overflow%s, within [%.10g, %.10g])",
                 an->cfgfile, amp_dtype_name(o->dtype), o->init_scale, o->growth_factor,
                 o->growth_interval, o->backoff_factor, o->hysteresis > 1 ? " after hysteresis" : "",
                 o->min_scale, o->max_scale);
     else
-        fprintf(stderr, "amp: %s: %s, static loss scale %g", an->cfgfile, amp_dtype_name(o->dtype),
+        fprintf(out, "amp: %s: %s, static loss scale %g", an->cfgfile, amp_dtype_name(o->dtype),
                 o->init_scale);
-    fprintf(stderr, "; %d layers with parameters; layer precision:\n", params);
-    amp_policy_print(an, stderr);
-    int native = 0;
-    const char *isa = amp_onednn_isa(&native);
-    if (o->dtype == AMP_DTYPE_BFLOAT16 && !native && !an->gpu)
-        fprintf(stderr, "amp: warning: this CPU has neither AVX512-BF16 nor AMX (oneDNN sees %s): "
-                        "bfloat16 is converted in software here and will be slow, possibly "
-                        "slower than float32 (amp=0)\n", isa);
+    fprintf(out, "; %d layers with parameters; layer precision:\n", params);
+    amp_policy_print(an, out);
+    if (an->ops->describe) an->ops->describe(an, out);
 }
 
 static int on_network_parsed(void *ctx, network *net, const char *cfgfile, char *err,
@@ -87,26 +80,22 @@ static int on_network_parsed(void *ctx, network *net, const char *cfgfile, char 
         amp_net_free(an);
         return 0;
     }
-    if (amp_net_attach(an, s, err, errlen) != AMP_OK) {
+    if (amp_net_attach(an, s, amp_backend_for(net), err, errlen) != AMP_OK) {
         an->scaler = s;
         amp_net_free(an);
         net->hook_data = NULL;
         return 1;
     }
-    describe(an);
+    amp_describe(an, stderr);
     return 0;
 }
 
 amp_status amp_save_state(const network *net, const char *weights, char *err, size_t errlen)
 {
     amp_net *an = amp_net_of(net);
-    if (!an || !weights) {
-        amp_errorf(err, errlen, "amp_save_state: %s", an ? "NULL path" : "AMP is not attached");
-        return AMP_ERR_INVALID;
-    }
-#ifdef GPU
-    amp_gpu_poll(an, 1); /* the scale lives on the device */
-#endif
+    AMP_RETURN_ERROR_IF(!an || !weights, AMP_ERR_INVALID, err, errlen, "amp_save_state: %s",
+                        an ? "NULL path" : "AMP is not attached");
+    amp_net_sync(an, 1); /* the scale may live on a device */
     return amp_state_file_write(weights, an->scaler->opt.dtype, &an->scaler->state, err, errlen);
 }
 
@@ -117,44 +106,32 @@ amp_status amp_load_state(network *net, const char *weights, int *found, char *e
     int dummy;
     if (!found) found = &dummy;
     *found = 0;
-    if (!an || !weights) {
-        amp_errorf(err, errlen, "amp_load_state: %s", an ? "NULL path" : "AMP is not attached");
-        return AMP_ERR_INVALID;
-    }
-#ifdef GPU
-    /* Settle the device's last step first: its copy still in flight would
+    AMP_RETURN_ERROR_IF(!an || !weights, AMP_ERR_INVALID, err, errlen, "amp_load_state: %s",
+                        an ? "NULL path" : "AMP is not attached");
+    /* Settle a device's last step first: its outcome still in flight would
      * otherwise land after the loaded state and overwrite it. */
-    amp_gpu_poll(an, 1);
-#endif
+    amp_net_sync(an, 1);
     amp_dtype dtype;
     amp_scale_state st;
     amp_status r = amp_state_file_read(weights, &dtype, &st, found, err, errlen);
     if (r != AMP_OK || !*found) return r;
     if (dtype != an->scaler->opt.dtype) {
         *found = 0;
-        amp_errorf(err, errlen,
-                   "%s.amp: the scaler state was saved for amp_dtype=%s but %s says %s; delete "
-                   "the file to start with a fresh scaler",
-                   weights, amp_dtype_name(dtype), an->cfgfile, amp_dtype_name(an->scaler->opt.dtype));
-        return AMP_ERR_FORMAT;
+        AMP_RETURN_ERROR(AMP_ERR_FORMAT, err, errlen,
+                         "%s.amp: the scaler state was saved for amp_dtype=%s but %s says %s; "
+                         "delete the file to start with a fresh scaler",
+                         weights, amp_dtype_name(dtype), an->cfgfile,
+                         amp_dtype_name(an->scaler->opt.dtype));
     }
-    /* A static scale is the cfg's; only the counters come from the file. A
-     * dynamic one is kept within this cfg's bounds, which may have changed. */
-    const amp_options *o = &an->scaler->opt;
-    if (!o->dynamic) st.scale = o->init_scale;
-    if (st.scale < o->min_scale) st.scale = o->min_scale;
-    if (st.scale > o->max_scale && o->dynamic) st.scale = o->max_scale;
-    if (st.hysteresis_left > o->hysteresis || st.hysteresis_left < 1) st.hysteresis_left = o->hysteresis;
+    amp_scale_state_fit(&st, &an->scaler->opt);
     an->scaler->state = st;
-#ifdef GPU
-    amp_gpu_push_state(an);
-#endif
+    if (an->ops->push_state) an->ops->push_state(an);
     return AMP_OK;
 }
 
 static void on_weights_saved(void *ctx, network *net, const char *filename)
 {
-    char err[512];
+    char err[AMP_MSG_LEN];
     (void)ctx;
     if (amp_net_of(net) && amp_save_state(net, filename, err, sizeof err) != AMP_OK)
         fprintf(stderr, "amp: warning: %s (the weights themselves were saved)\n", err);
@@ -182,9 +159,7 @@ static int on_weights_loaded(void *ctx, network *net, const char *filename, char
 static void on_network_freed(void *ctx, network *net)
 {
     (void)ctx;
-    amp_net *an = net->hook_data;
-    if (!an) return;
-    amp_net_free(an);
+    amp_net_free(net->hook_data);
 }
 
 static int on_train_iteration(void *ctx, network *net, char *status, size_t n)
@@ -196,9 +171,7 @@ static int on_train_iteration(void *ctx, network *net, char *status, size_t n)
         snprintf(status, n, "%s", an->error);
         return 1;
     }
-#ifdef GPU
-    amp_gpu_poll(an, 0); /* no wait: the line may show the step before */
-#endif
+    amp_net_sync(an, 0); /* no wait: the line may show the step before */
     snprintf(status, n, ", scale %g, %llu skipped", an->scaler->state.scale,
              an->scaler->state.skips);
     return 0;
@@ -209,28 +182,25 @@ static void on_train_done(void *ctx, network *net)
     (void)ctx;
     amp_net *an = amp_net_of(net);
     if (!an) return;
-#ifdef GPU
-    amp_gpu_poll(an, 1);
-#endif
+    amp_net_sync(an, 1);
     const amp_scale_state *st = &an->scaler->state;
     fprintf(stderr, "amp: training done: %llu steps, %llu skipped (%.2f%%), final loss scale %g\n",
             st->steps, st->skips, st->steps ? 100.0 * st->skips / st->steps : 0.0, st->scale);
-    if (an->profile == 1) {
+    if (an->env.profile == 1 && an->ops->host_timing) {
         amp_profile_print(an, stderr);
-        an->profile = 2; /* printed */
+        an->env.profile = 2; /* printed */
     }
 }
 
 static const darknet_hooks amp_hooks = {
-    NULL,
-    on_net_options,
-    on_layer_options,
-    on_network_parsed,
-    on_weights_saved,
-    on_weights_loaded,
-    on_network_freed,
-    on_train_iteration,
-    on_train_done,
+    .net_options = on_net_options,
+    .layer_options = on_layer_options,
+    .network_parsed = on_network_parsed,
+    .weights_saved = on_weights_saved,
+    .weights_loaded = on_weights_loaded,
+    .network_freed = on_network_freed,
+    .train_iteration = on_train_iteration,
+    .train_done = on_train_done,
 };
 
 amp_status amp_register(void)
@@ -244,4 +214,47 @@ amp_status amp_register(void)
 void amp_unregister(void)
 {
     if (darknet_get_hooks() == &amp_hooks) darknet_set_hooks(NULL);
+}
+
+/* ---- networks built by a program ---- */
+
+amp_status amp_attach(network *net, amp_scaler *s, char *err, size_t errlen)
+{
+    AMP_RETURN_ERROR_IF(!net, AMP_ERR_INVALID, err, errlen, "amp_attach: NULL network");
+    AMP_RETURN_ERROR_IF(net->hook_data, AMP_ERR_STATE, err, errlen,
+                        "amp_attach: the network already has AMP attached");
+    /* The hooks free the attachment with the network and keep the state file. */
+    AMP_RETURN_ERROR_IF(!darknet_get_hooks() && amp_register() != AMP_OK, AMP_ERR_STATE, err,
+                        errlen, "amp_attach: cannot register darknet's hooks");
+    amp_net *an = amp_net_new(net);
+    AMP_RETURN_ERROR_IF(!an, AMP_ERR_NOMEM, err, errlen, "amp_attach: out of memory");
+    an->enabled = 1;
+    if (!s) {
+        amp_options o;
+        amp_options_init(&o, AMP_DTYPE_FLOAT32);
+        amp_status st = amp_scaler_create(&o, &s, err, errlen);
+        if (st != AMP_OK) {
+            amp_net_free(an);
+            return st;
+        }
+        an->owns_scaler = 1;
+    }
+    amp_status st = amp_net_attach(an, s, amp_backend_for(net), err, errlen);
+    if (st != AMP_OK) {
+        an->scaler = an->owns_scaler ? s : NULL; /* an owned scaler goes with it */
+        amp_net_free(an);
+        net->hook_data = NULL;
+    }
+    return st;
+}
+
+void amp_detach(network *net)
+{
+    amp_net_free(net ? net->hook_data : NULL);
+}
+
+amp_scaler *amp_network_scaler(const network *net)
+{
+    amp_net *an = amp_net_of(net);
+    return an ? an->scaler : NULL;
 }

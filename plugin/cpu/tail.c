@@ -19,7 +19,7 @@
  * needs none: darknet's CPU backward already uses var + 1e-5, and with the
  * biased variance it is the exact gradient of cuDNN's forward.
  */
-#include "amp_internal.h"
+#include "cpu.h"
 
 #include "activations.h"
 

@@ -8,7 +8,7 @@
  * stride-1 pool of yolov3-tiny, can send several to one element; they all
  * lie in one plane, which one thread handles in order).
  */
-#include "amp_internal.h"
+#include "cpu.h"
 
 #include <float.h>
 

@@ -11,7 +11,7 @@
  * nothing else has no maximum in darknet (index -1), and its backward then
  * writes before net.delta.
  */
-#include "amp_internal.h"
+#include "cpu.h"
 #include "check.h"
 
 #include "maxpool_layer.h"

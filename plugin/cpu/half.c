@@ -14,7 +14,7 @@
  * path: it runs darknet's own float32 GEMM on rounded values, so it is no
  * faster than float32.
  */
-#include "amp_internal.h"
+#include "cpu.h"
 #include "half.h"
 
 #include "activations.h"
@@ -58,11 +58,12 @@ static float *zeroed(amp_buffer *b, size_t n)
 /* The half copy of the weights, refreshed after every step and load. */
 static const float *half_weights(amp_layer *al, const layer *l, size_t n, amp_dtype dtype)
 {
-    float *w = reserve(&al->wq, n);
-    if (al->wq_version != al->owner->weights_version) {
+    cpu_layer *c = cpu_layer_of(al);
+    float *w = reserve(&c->wq, n);
+    if (c->wq_version != al->owner->weights_version) {
         memcpy(w, l->weights, n * sizeof(float));
         round_half(dtype, w, n);
-        al->wq_version = al->owner->weights_version;
+        c->wq_version = al->owner->weights_version;
     }
     return w;
 }
@@ -81,7 +82,8 @@ static float *half_copy(amp_buffer *b, const float *src, size_t n, amp_dtype dty
  * each with its own input) the input of this step, rounded again. */
 static const float *rounded_input(amp_layer *al, network net, size_t n, amp_dtype dtype)
 {
-    return al->sub ? half_copy(&al->xq, net.input, n, dtype) : al->xq.data;
+    cpu_layer *c = cpu_layer_of(al);
+    return al->sub ? half_copy(&c->xq, net.input, n, dtype) : c->xq.data;
 }
 
 /* The float32 tail of a half layer's forward: its GEMM output stored in
@@ -91,7 +93,7 @@ static void finish_forward(layer l, network net, amp_dtype dtype, int nbias, int
     size_t nout = (size_t)l.outputs * l.batch;
     round_half(dtype, l.output, nout);
     const amp_layer *al = l.hook_data;
-    amp_tail_forward(l, net, nbias, bias_size, al->owner->bn_formula);
+    amp_tail_forward(l, net, nbias, bias_size, cpu_net_of(al->owner)->bn_formula);
 }
 
 /* DARKNET_AMP_PROFILE: one call's times and work (2 flops per multiply-add). */
@@ -138,11 +140,12 @@ static half_operands backward_operands(amp_layer *al, const layer *l, network ne
 {
     const size_t nout = (size_t)l->outputs * l->batch;
     half_operands o;
-    o.dy = half_copy(&al->dq, l->delta, nout, dtype);
+    cpu_layer *c = cpu_layer_of(al);
+    o.dy = half_copy(&c->dq, l->delta, nout, dtype);
     count_flushed(al->owner, l->delta, o.dy, nout);
     o.w = half_weights(al, l, nw, dtype);
     o.x = rounded_input(al, net, (size_t)l->inputs * l->batch, dtype);
-    o.dw = zeroed(&al->tmp, nw);
+    o.dw = zeroed(&c->tmp, nw);
     return o;
 }
 
@@ -150,9 +153,9 @@ void amp_emulated_conv_forward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
     amp_dtype dtype = al->owner->scaler->opt.dtype;
-    double t0 = al->owner->profile ? amp_clock() : 0;
+    double t0 = al->owner->env.profile ? amp_clock() : 0;
     size_t nout = (size_t)l.outputs * l.batch;
-    float *x = half_copy(&al->xq, net.input, (size_t)l.inputs * l.batch, dtype);
+    float *x = half_copy(&cpu_layer_of(al)->xq, net.input, (size_t)l.inputs * l.batch, dtype);
     const float *w = half_weights(al, &l, l.nweights, dtype);
 
     int m = l.n / l.groups, k = l.size * l.size * l.c / l.groups, n = l.out_w * l.out_h;
@@ -168,9 +171,9 @@ void amp_emulated_conv_forward(layer l, network net)
             gemm(0, 0, m, n, k, 1, a, k, b, n, 1, c, n);
         }
     }
-    double t1 = al->owner->profile ? amp_clock() : 0;
+    double t1 = al->owner->env.profile ? amp_clock() : 0;
     finish_forward(l, net, dtype, l.n, l.out_h * l.out_w);
-    if (al->owner->profile)
+    if (al->owner->env.profile)
         profile_add(al, 0, t0, t1 - t0, (double)l.batch * l.groups * m * n * k);
 }
 
@@ -180,10 +183,10 @@ void amp_emulated_conv_backward(layer l, network net)
     amp_dtype dtype = al->owner->scaler->opt.dtype;
     int m = l.n / l.groups, n = l.size * l.size * l.c / l.groups, k = l.out_w * l.out_h;
     size_t chw = (size_t)l.c / l.groups * l.h * l.w;
-    double t0 = al->owner->profile ? amp_clock() : 0;
+    double t0 = al->owner->env.profile ? amp_clock() : 0;
 
     amp_tail_backward(l, net, l.n, k);
-    double t1 = al->owner->profile ? amp_clock() : 0;
+    double t1 = al->owner->env.profile ? amp_clock() : 0;
 
     const half_operands o = backward_operands(al, &l, net, l.nweights, dtype);
     float *dy = o.dy, *dw = o.dw;
@@ -205,14 +208,14 @@ void amp_emulated_conv_backward(layer l, network net)
             if (l.size == 1) {
                 add_half(dtype, col, chw, imd);
             } else {
-                float *dx = zeroed(&al->gx, chw);
+                float *dx = zeroed(&cpu_layer_of(al)->gx, chw);
                 col2im_cpu(col, l.c / l.groups, l.h, l.w, l.size, l.stride, l.pad, dx);
                 add_half(dtype, dx, chw, imd);
             }
         }
     }
     add_half(dtype, dw, l.nweights, l.weight_updates);
-    if (al->owner->profile)
+    if (al->owner->env.profile)
         profile_add(al, 1, t0, amp_clock() - t1,
                     (double)l.batch * l.groups * m * n * k * (net.delta ? 2 : 1));
 }
@@ -226,9 +229,9 @@ static void deconv_forward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
     amp_dtype dtype = al->owner->scaler->opt.dtype;
-    double t0 = al->owner->profile ? amp_clock() : 0;
+    double t0 = al->owner->env.profile ? amp_clock() : 0;
     const int m = l.size * l.size * l.n, n = l.h * l.w, k = l.c;
-    float *x = half_copy(&al->xq, net.input, (size_t)l.inputs * l.batch, dtype);
+    float *x = half_copy(&cpu_layer_of(al)->xq, net.input, (size_t)l.inputs * l.batch, dtype);
     const float *w = half_weights(al, &l, l.nweights, dtype);
     fill_cpu(l.outputs * l.batch, 0, l.output, 1);
     for (int i = 0; i < l.batch; ++i) {
@@ -236,9 +239,9 @@ static void deconv_forward(layer l, network net)
         col2im_cpu(net.workspace, l.out_c, l.out_h, l.out_w, l.size, l.stride, l.pad,
                    l.output + (size_t)i * l.outputs);
     }
-    double t1 = al->owner->profile ? amp_clock() : 0;
+    double t1 = al->owner->env.profile ? amp_clock() : 0;
     finish_forward(l, net, dtype, l.n, l.out_h * l.out_w);
-    if (al->owner->profile) profile_add(al, 0, t0, t1 - t0, (double)l.batch * m * n * k);
+    if (al->owner->env.profile) profile_add(al, 0, t0, t1 - t0, (double)l.batch * m * n * k);
 }
 
 /* Its gradients: the incoming gradient rounded to half and laid out as
@@ -251,15 +254,16 @@ static void deconv_backward(layer l, network net)
     amp_dtype dtype = al->owner->scaler->opt.dtype;
     const int c = l.c, hw = l.h * l.w, kk = l.size * l.size * l.n;
     const size_t chw = (size_t)c * hw;
-    double t0 = al->owner->profile ? amp_clock() : 0;
+    double t0 = al->owner->env.profile ? amp_clock() : 0;
 
     amp_tail_backward(l, net, l.n, l.out_h * l.out_w);
-    double t1 = al->owner->profile ? amp_clock() : 0;
+    double t1 = al->owner->env.profile ? amp_clock() : 0;
 
     const half_operands o = backward_operands(al, &l, net, l.nweights, dtype);
     float *dy = o.dy, *dw = o.dw;
     const float *w = o.w, *x = o.x;
-    float *dx = net.delta ? reserve(&al->gx, chw) : NULL;
+    /* zeroed: darknet's gemm scales C by beta = 0, and 0 * NaN of stale memory is NaN */
+    float *dx = net.delta ? zeroed(&cpu_layer_of(al)->gx, chw) : NULL;
     for (int i = 0; i < l.batch; ++i) {
         float *col = net.workspace;
         im2col_cpu(dy + (size_t)i * l.outputs, l.out_c, l.out_h, l.out_w, l.size, l.stride, l.pad,
@@ -270,7 +274,7 @@ static void deconv_backward(layer l, network net)
         add_half(dtype, dx, chw, net.delta + (size_t)i * chw);
     }
     add_half(dtype, dw, l.nweights, l.weight_updates);
-    if (al->owner->profile)
+    if (al->owner->env.profile)
         profile_add(al, 1, t0, amp_clock() - t1, (double)l.batch * c * hw * kk * (dx ? 2 : 1));
 }
 
@@ -279,7 +283,7 @@ static void connected_forward(layer l, network net)
     amp_layer *al = l.hook_data;
     amp_dtype dtype = al->owner->scaler->opt.dtype;
     size_t nout = (size_t)l.outputs * l.batch;
-    float *x = half_copy(&al->xq, net.input, (size_t)l.inputs * l.batch, dtype);
+    float *x = half_copy(&cpu_layer_of(al)->xq, net.input, (size_t)l.inputs * l.batch, dtype);
     const float *w = half_weights(al, &l, (size_t)l.inputs * l.outputs, dtype);
 
     fill_cpu((int)nout, 0, l.output, 1);
@@ -304,7 +308,7 @@ static void connected_backward(layer l, network net)
     add_half(dtype, dw, nw, l.weight_updates);
     if (net.delta) {
         size_t nin = (size_t)l.inputs * l.batch;
-        float *dx = zeroed(&al->gx, nin);
+        float *dx = zeroed(&cpu_layer_of(al)->gx, nin);
         gemm(0, 0, l.batch, l.inputs, l.outputs, 1, dy, l.outputs, (float *)w, l.inputs, 1, dx,
              l.inputs);
         add_half(dtype, dx, nin, net.delta);
@@ -320,7 +324,7 @@ static void local_forward(layer l, network net)
     amp_layer *al = l.hook_data;
     amp_dtype dtype = al->owner->scaler->opt.dtype;
     const int locations = l.out_w * l.out_h, k = l.size * l.size * l.c;
-    float *x = half_copy(&al->xq, net.input, (size_t)l.inputs * l.batch, dtype);
+    float *x = half_copy(&cpu_layer_of(al)->xq, net.input, (size_t)l.inputs * l.batch, dtype);
     const float *w = half_weights(al, &l, (size_t)locations * k * l.n, dtype);
     fill_cpu(l.outputs * l.batch, 0, l.output, 1);
     for (int i = 0; i < l.batch; ++i) {
@@ -363,41 +367,15 @@ static void local_backward(layer l, network net)
         for (int j = 0; j < locations; ++j)
             gemm(1, 0, k, 1, l.n, 1, (float *)w + (size_t)j * k * l.n, k, (float *)d + j,
                  locations, 0, net.workspace + j, locations);
-        float *dx = zeroed(&al->gx, chw);
+        float *dx = zeroed(&cpu_layer_of(al)->gx, chw);
         col2im_cpu(net.workspace, l.c, l.h, l.w, l.size, l.stride, l.pad, dx);
         add_half(dtype, dx, chw, net.delta + (size_t)i * chw);
     }
     add_half(dtype, dw, nw, l.weight_updates);
 }
 
-static int install_sub(amp_layer *sa, layer *sub, void *ctx, char *why, size_t whylen)
+amp_status amp_emulation_install(amp_layer *al, layer *l, char *why, size_t whylen)
 {
-    (void)ctx;
-    if (amp_half_install(sa, sub)) return 1;
-    snprintf(why, whylen, "no half path for [%s]", get_layer_string(sub->type));
-    return 0;
-}
-
-int amp_half_install(amp_layer *al, layer *l)
-{
-    const amp_net *an = al->owner;
-    const amp_dtype dtype = an->scaler->opt.dtype;
-    if (l->type == RNN || l->type == GRU || l->type == LSTM || l->type == CRNN) {
-        char why[320];
-        if (amp_subs_install(al, l, 0, install_sub, amp_half_free, NULL, why, sizeof why))
-            return 1;
-        fprintf(stderr, "amp: layer %d [%s]: float32: %s\n", al->index,
-                get_layer_string(l->type), why);
-        return 0;
-    }
-    if (l->type == CONVOLUTIONAL && an->cpu_path != AMP_CPU_EMULATE &&
-        (dtype == AMP_DTYPE_BFLOAT16 || an->cpu_path == AMP_CPU_ONEDNN)) {
-        char why[256];
-        if (amp_onednn_conv_install(al, l, dtype, why, sizeof why)) return 1;
-        if (an->cpu_path == AMP_CPU_ONEDNN)
-            fprintf(stderr, "amp: layer %d: not through oneDNN: %s; emulated\n", al->index, why);
-    }
-    if (dtype == AMP_DTYPE_FLOAT32) return 0; /* nothing to emulate */
     if (l->type == CONVOLUTIONAL) {
         al->forward = amp_emulated_conv_forward;
         al->backward = amp_emulated_conv_backward;
@@ -411,20 +389,20 @@ int amp_half_install(amp_layer *al, layer *l)
         al->forward = local_forward;
         al->backward = local_backward;
     } else {
-        return 0;
+        AMP_RETURN_ERROR(AMP_ERR_INVALID, why, whylen, "no half path for [%s]",
+                         get_layer_string(l->type));
     }
-    al->backend = AMP_BACKEND_EMULATED;
-    return 1;
+    al->impl = AMP_IMPL_EMULATED;
+    return AMP_OK;
 }
 
-void amp_half_free(amp_layer *al)
+void amp_cpu_layer_free(amp_layer *al)
 {
-    if (al->subs) amp_subs_free(al, 0, amp_half_free);
-    amp_onednn_conv_free(al);
-    amp_buffer *b[] = {&al->wq, &al->xq, &al->dq, &al->tmp, &al->gx};
-    for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) {
-        free(b[i]->data);
-        b[i]->data = NULL;
-        b[i]->n = 0;
-    }
+    cpu_layer *c = al ? cpu_layer_of(al) : NULL;
+    if (!c) return;
+    amp_onednn_conv_free(c);
+    amp_buffer *b[] = {&c->wq, &c->xq, &c->dq, &c->tmp, &c->gx};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) free(b[i]->data);
+    free(c);
+    al->bk = NULL;
 }

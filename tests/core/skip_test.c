@@ -12,7 +12,7 @@
  * in PyTorch); the scale halved; the skip names the layer; step 4
  * runs and changes the weights.
  */
-#include "amp_internal.h"
+#include "core.h"
 
 #include <math.h>
 #include <stdio.h>

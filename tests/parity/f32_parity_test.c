@@ -13,7 +13,7 @@
  * [-1, 1], and a scaled delta clipped at 1 is a true gradient clipped at 2^-16
  * (docs/gpu.md). On the CPU, darknet has no such clip.
  */
-#include "amp_internal.h"
+#include "core.h"
 #include "check.h"
 
 #include <stdio.h>

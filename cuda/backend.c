@@ -1,0 +1,445 @@
+/* The CUDA backend (plugin/backend.h): the core's training step on darknet's
+ * *_gpu arrays, every decision on the device, so that a training step costs
+ * no host synchronisation beyond darknet's own (docs/gpu.md).
+ *
+ * Per batch, on darknet's stream (the legacy default stream, where all of
+ * darknet's kernels, cuBLAS and cuDNN calls run):
+ * - batch start: one kernel copies every momentum history (*_updates_gpu)
+ *   into a device copy and multiplies it by the scale S read from device
+ *   memory; loss layers' delta_gpu *= S after their forward;
+ * - decide (before the first layer's update): the device flag is zeroed and
+ *   one fused kernel unscales and checks every gradient (unscale), one thread
+ *   decides the step and updates the scale (scale_rule.h), and the
+ *   parameters and Adam moments are copied aside only if the flag is set;
+ *   darknet's update kernels then run unchanged;
+ * - step_end (after the last layer's update): parameters, moments and
+ *   histories are copied back only if the flag is set, and the device state
+ *   is copied into pinned host memory with cudaMemcpyAsync and an event;
+ * - sync: the host reads that copy when the event has completed
+ *   (cudaEventQuery; in darknet's loop it always has by the next backward,
+ *   because forward_network_gpu ends with a blocking copy of the output) and
+ *   hands the outcome to the core (amp_step_settled).
+ */
+#include "half_gpu.h"
+#include "cuda_check.h"
+#include "grad_math.h" /* amp_inv_scale */
+#include "network.h"   /* get_layer_string */
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct amp_gpu_net {
+    amp_gpu_state *dev;     /* device */
+    amp_gpu_state *mirror;  /* pinned host copy, written by the last step */
+    cudaEvent_t copied;     /* recorded after that copy */
+    int in_flight;          /* a copy not yet read */
+    amp_mt_table hist;      /* x: *_updates_gpu, y: its copy from the batch start */
+    amp_mt_table params;    /* x: parameters and Adam moments, y: copy for a skipped step */
+    float *saved, *param_saved;
+    float **grads;          /* per an->tensors entry: its device gradient */
+    amp_gpu_half_ctx *half; /* scratch shared by the layers */
+} amp_gpu_net;
+
+static amp_gpu_net *gpu_of(const amp_net *an)
+{
+    return (amp_gpu_net *)an->bk;
+}
+
+static cudaStream_t stream_of(const amp_net *an)
+{
+    (void)an;
+    return 0; /* darknet's stream */
+}
+
+/* A failure inside a training step: the network's error, which stops training. */
+static void fail(amp_net *an, const char *msg)
+{
+    amp_net_fail(an, AMP_ERR_DEVICE, "amp: GPU: %s", msg);
+}
+
+static amp_slots slots(layer *l)
+{
+    return (amp_slots){&l->forward_gpu, &l->backward_gpu, &l->update_gpu};
+}
+
+/* ---- the host's view, read asynchronously ---- */
+
+static void sync_state(amp_net *an, int wait)
+{
+    amp_gpu_net *g = gpu_of(an);
+    if (!g || !g->in_flight) return;
+    cudaError_t e = cudaEventQuery(g->copied);
+    if (e == cudaErrorNotReady && wait) e = cudaEventSynchronize(g->copied);
+    if (e == cudaErrorNotReady) return;
+    g->in_flight = 0;
+    char err[AMP_MSG_LEN];
+    if (AMP_CUDA_CHECK(e, err, sizeof err) != AMP_OK) {
+        fail(an, err);
+        return;
+    }
+    const amp_gpu_state m = *g->mirror;
+    /* update_network_gpu counted the step in t: a skip takes it back, as on
+     * the CPU, before the next update reads it. */
+    const amp_step_outcome o = {(int)m.skipped, (int)m.found - 1, m.batch_scale, m.seq, &m.st, 1};
+    amp_step_settled(an, &o);
+}
+
+static void push_state(amp_net *an)
+{
+    char err[AMP_MSG_LEN];
+    /* The core settled the device's last step before it replaced the state
+     * (amp_load_state): nothing is in flight to overwrite it. */
+    if (AMP_CUDA_CHECK(cudaMemcpy(&gpu_of(an)->dev->st, &an->scaler->state,
+                                  sizeof an->scaler->state, cudaMemcpyHostToDevice),
+                       err, sizeof err) != AMP_OK)
+        fail(an, err);
+}
+
+/* ---- the batch ---- */
+
+static void begin_batch(amp_net *an)
+{
+    char err[AMP_MSG_LEN];
+    an->batch_scale = an->scaler->state.scale; /* the host's view, for messages */
+    if (amp_cuda_begin_batch(&gpu_of(an)->hist, gpu_of(an)->dev, stream_of(an), err,
+                             sizeof err) != AMP_OK)
+        fail(an, err);
+}
+
+static void scale_loss(amp_net *an, const layer *l)
+{
+    char err[AMP_MSG_LEN];
+    if (l->delta_gpu && amp_cuda_scale_delta(l->delta_gpu, (size_t)l->outputs * l->batch,
+                                             gpu_of(an)->dev, stream_of(an), err,
+                                             sizeof err) != AMP_OK)
+        fail(an, err);
+}
+
+static void rescale(amp_net *an)
+{
+    char err[AMP_MSG_LEN];
+    if (amp_cuda_unscale_check(&gpu_of(an)->hist, &gpu_of(an)->dev->batch_scale, NULL,
+                               stream_of(an), err, sizeof err) != AMP_OK)
+        fail(an, err);
+}
+
+static void unscale(amp_net *an)
+{
+    amp_gpu_net *g = gpu_of(an);
+    char err[AMP_MSG_LEN];
+    if (AMP_CUDA_CHECK(cudaMemsetAsync(&g->dev->found, 0, sizeof g->dev->found, stream_of(an)),
+                       err, sizeof err) != AMP_OK ||
+        amp_cuda_unscale_check(&g->hist, &g->dev->inv_scale, &g->dev->found, stream_of(an), err,
+                               sizeof err) != AMP_OK)
+        fail(an, err);
+}
+
+/* Before the first layer's update: decide on the device, keep what a skipped
+ * step must put back. */
+static void decide(amp_net *an)
+{
+    amp_gpu_net *g = gpu_of(an);
+    char err[AMP_MSG_LEN];
+    if (amp_cuda_decide(g->dev, an->scaler->params, an->owns_scaler, stream_of(an), err,
+                        sizeof err) != AMP_OK ||
+        amp_cuda_gated_copy(&g->params, &g->dev->found, 1, stream_of(an), err, sizeof err) !=
+            AMP_OK)
+        fail(an, err);
+}
+
+/* After the last layer's update: undo a skipped step, publish the outcome. */
+static void step_end(amp_net *an)
+{
+    amp_gpu_net *g = gpu_of(an);
+    char err[AMP_MSG_LEN];
+    amp_status st = amp_cuda_gated_copy(&g->params, &g->dev->found, 0, stream_of(an), err,
+                                        sizeof err);
+    if (st == AMP_OK)
+        st = amp_cuda_gated_copy(&g->hist, &g->dev->found, 0, stream_of(an), err, sizeof err);
+    if (st == AMP_OK)
+        st = AMP_CUDA_CHECK(cudaMemcpyAsync(g->mirror, g->dev, sizeof *g->mirror,
+                                            cudaMemcpyDeviceToHost, stream_of(an)),
+                            err, sizeof err);
+    if (st == AMP_OK)
+        st = AMP_CUDA_CHECK(cudaEventRecord(g->copied, stream_of(an)), err, sizeof err);
+    if (st != AMP_OK) {
+        fail(an, err);
+        return;
+    }
+    g->in_flight = 1;
+}
+
+static void end_mid_batch(amp_net *an)
+{
+    amp_gpu_net *g = gpu_of(an);
+    char err[AMP_MSG_LEN];
+    if (g && g->dev &&
+        amp_cuda_unscale_check(&g->hist, &g->dev->inv_scale, NULL, stream_of(an), err,
+                               sizeof err) != AMP_OK)
+        fprintf(stderr, "amp: GPU: %s\n", err);
+}
+
+/* DARKNET_AMP_INJECT on the device (a test aid: one small blocking copy). */
+static void poke(amp_net *an, int k, size_t i, float value)
+{
+    cudaMemcpy(gpu_of(an)->grads[k] + i, &value, sizeof(float), cudaMemcpyHostToDevice);
+}
+
+/* ---- layers ---- */
+
+static void layer_free(amp_layer *al)
+{
+    if (al->subs) amp_subs_free(al, slots, layer_free);
+    amp_gpu_half *h = amp_gpu_half_of(al);
+    if (!h) return;
+    amp_cudnn_conv_free(h);
+    if (h->w) cudaFree(h->w);
+    free(h);
+    al->bk = NULL;
+}
+
+/* The half path of a convolutional, connected or deconvolutional layer. */
+static amp_status half_path(amp_layer *al, layer *l, amp_gpu_half_ctx *ctx, char *why,
+                            size_t whylen)
+{
+    AMP_RETURN_ERROR_IF(l->type != CONVOLUTIONAL && l->type != CONNECTED &&
+                            l->type != DECONVOLUTIONAL,
+                        AMP_ERR_INVALID, why, whylen, "no GPU half path for [%s]",
+                        get_layer_string(l->type));
+    const size_t nw = l->type == CONNECTED ? (size_t)l->inputs * l->outputs : (size_t)l->nweights;
+    amp_status st = amp_gpu_half_new(al, ctx, nw ? nw : 1, why, whylen);
+    if (st == AMP_OK)
+        st = l->type == CONVOLUTIONAL ? amp_cudnn_conv_setup(al, l, why, whylen)
+             : l->type == CONNECTED   ? amp_cublas_connected_setup(al, l, why, whylen)
+                                      : amp_cublas_deconv_setup(al, l, why, whylen);
+    if (st != AMP_OK) {
+        layer_free(al);
+        return st;
+    }
+    if (l->type == CONVOLUTIONAL) {
+        al->forward = amp_cudnn_conv_forward;
+        al->backward = amp_cudnn_conv_backward;
+        al->impl = AMP_IMPL_CUDNN;
+    } else if (l->type == CONNECTED) {
+        al->forward = amp_cublas_connected_forward;
+        al->backward = amp_cublas_connected_backward;
+        al->impl = AMP_IMPL_CUBLAS;
+    } else {
+        al->forward = amp_cublas_deconv_forward;
+        al->backward = amp_cublas_deconv_backward;
+        al->impl = AMP_IMPL_CUBLAS;
+    }
+    return AMP_OK;
+}
+
+static amp_status install_sub_half(amp_layer *sa, layer *sub, void *ctx, char *why, size_t whylen)
+{
+    return half_path(sa, sub, ctx, why, whylen);
+}
+
+/* A connected sub-layer of rnn, gru or lstm that stays float32: darknet's
+ * backward with the gradient clip at the scale. */
+static amp_status install_sub_clip(amp_layer *sa, layer *sub, void *ctx, char *why, size_t whylen)
+{
+    AMP_RETURN_ERROR_IF(sub->type != CONNECTED, AMP_ERR_INVALID, why, whylen, "a [%s] sub-layer",
+                        get_layer_string(sub->type));
+    AMP_FORWARD_IF_ERROR(amp_gpu_half_new(sa, ctx, 0, why, whylen));
+    sa->backward = amp_connected_backward_f32;
+    return AMP_OK;
+}
+
+static int recurrent(const layer *l)
+{
+    return l->type == RNN || l->type == GRU || l->type == LSTM || l->type == CRNN;
+}
+
+static amp_status layer_install(amp_layer *al, layer *l, char *err, size_t errlen)
+{
+    amp_gpu_half_ctx *ctx = gpu_of(al->owner)->half;
+    char why[AMP_MSG_LEN];
+    if (al->precision == AMP_PRECISION_HALF) {
+        amp_status st = AMP_ERR_INVALID;
+        if (l->forward_gpu && l->backward_gpu) {
+            /* a recurrent layer's own pointers stay darknet's: it calls its sub-layers' */
+            st = recurrent(l) ? amp_subs_install(al, l, slots, install_sub_half, layer_free, ctx,
+                                                 why, sizeof why)
+                              : half_path(al, l, ctx, why, sizeof why);
+            if (st != AMP_OK && l->type != LOCAL) /* the types with a GPU half path */
+                fprintf(stderr, "amp: layer %d [%s]: float32 on the GPU: %s\n", al->index,
+                        get_layer_string(l->type), why);
+        }
+        if (st != AMP_OK) al->precision = AMP_PRECISION_FALLBACK;
+    }
+    /* A float32 layer whose GPU backward clips its gradient clips at the scale. */
+    if (al->backward == al->orig_backward && !al->subs && l->backward_gpu) {
+        amp_status st = AMP_OK;
+        if (l->type == CONNECTED) {
+            st = amp_gpu_half_new(al, ctx, 0, why, sizeof why);
+            al->backward = amp_connected_backward_f32;
+        } else if (l->type == RNN || l->type == GRU || l->type == LSTM) {
+            st = amp_subs_install(al, l, slots, install_sub_clip, layer_free, ctx, why,
+                                  sizeof why);
+        }
+        AMP_RETURN_ERROR_IF(st != AMP_OK, st, err, errlen, "amp: layer %d [%s]: %s", al->index,
+                            get_layer_string(l->type), why);
+    }
+    return AMP_OK;
+}
+
+/* ---- the network ---- */
+
+/* Warns or refuses by compute capability (DESIGN.md, "Say so when AMP cannot
+ * help"). */
+static amp_status check_device(amp_net *an, char *err, size_t errlen)
+{
+    struct cudaDeviceProp p;
+    int dev = an->net->gpu_index;
+    AMP_FORWARD_IF_ERROR(AMP_CUDA_CHECK(cudaGetDeviceProperties(&p, dev), err, errlen));
+    amp_dtype dtype = an->scaler->opt.dtype;
+    const char *cfg = an->cfgfile[0] ? an->cfgfile : "network";
+    AMP_RETURN_ERROR_IF(dtype == AMP_DTYPE_BFLOAT16 && p.major < 8, AMP_ERR_DEVICE, err, errlen,
+                        "%s: amp_dtype=bfloat16 needs a GPU of compute capability 8.0 or newer; "
+                        "GPU %d (%s) is %d.%d: use amp_dtype=float16 (tensor cores from 7.0) or "
+                        "amp=0",
+                        cfg, dev, p.name, p.major, p.minor);
+    if (dtype == AMP_DTYPE_FLOAT16 && p.major < 7)
+        fprintf(stderr, "amp: warning: GPU %d (%s) is compute capability %d.%d, without tensor "
+                        "cores: float16 will not be faster than float32 here (amp=0)\n",
+                dev, p.name, p.major, p.minor);
+    return AMP_OK;
+}
+
+/* The device arrays behind one of the core's tensors: its layer's, by kind. */
+static void device_arrays(const amp_tensor *t, float **grad, float **param, float **m, float **v)
+{
+    const layer *l = t->src;
+    switch (t->kind) {
+    case AMP_TENSOR_WEIGHTS:
+        *grad = l->weight_updates_gpu, *param = l->weights_gpu, *m = l->m_gpu, *v = l->v_gpu;
+        break;
+    case AMP_TENSOR_BIASES:
+        *grad = l->bias_updates_gpu, *param = l->biases_gpu, *m = l->bias_m_gpu,
+        *v = l->bias_v_gpu;
+        break;
+    case AMP_TENSOR_SCALES:
+        *grad = l->scale_updates_gpu, *param = l->scales_gpu, *m = l->scale_m_gpu,
+        *v = l->scale_v_gpu;
+        break;
+    }
+}
+
+static amp_status build_tables(amp_net *an, char *err, size_t errlen)
+{
+    amp_gpu_net *g = gpu_of(an);
+    size_t n = an->nparams ? an->nparams : 1;
+    int adam = an->net->adam;
+    amp_span *hist = calloc(an->ntensors ? an->ntensors : 1, sizeof *hist);
+    amp_span *par = calloc(an->ntensors ? 3 * an->ntensors : 1, sizeof *par);
+    g->grads = calloc(an->ntensors ? an->ntensors : 1, sizeof *g->grads);
+    amp_status st = AMP_OK;
+    if (!hist || !par || !g->grads) {
+        st = AMP_ERR_NOMEM;
+        amp_errorf(err, errlen, "amp: out of memory attaching to %s", an->cfgfile);
+    }
+    if (st == AMP_OK)
+        st = AMP_CUDA_CHECK(cudaMalloc((void **)&g->saved, n * sizeof(float)), err, errlen);
+    if (st == AMP_OK)
+        st = AMP_CUDA_CHECK(
+            cudaMalloc((void **)&g->param_saved, (adam ? 3 : 1) * n * sizeof(float)), err, errlen);
+    unsigned int np = 0;
+    for (int k = 0; st == AMP_OK && k < an->ntensors; ++k) {
+        const amp_tensor *t = &an->tensors[k];
+        float *grad = NULL, *param = NULL, *m = NULL, *v = NULL;
+        device_arrays(t, &grad, &param, &m, &v);
+        if (!grad || !param) {
+            st = AMP_ERR_DEVICE;
+            amp_errorf(err, errlen, "amp: layer %d has no device array for its %s gradient",
+                       t->layer, t->name);
+            break;
+        }
+        g->grads[k] = grad;
+        hist[k] = (amp_span){grad, g->saved + t->offset, t->n};
+        par[np++] = (amp_span){param, g->param_saved + t->offset, t->n};
+        if (adam && m && v) {
+            par[np++] = (amp_span){m, g->param_saved + n + t->offset, t->n};
+            par[np++] = (amp_span){v, g->param_saved + 2 * n + t->offset, t->n};
+        }
+    }
+    if (st == AMP_OK)
+        st = amp_mt_table_create(&g->hist, hist, (unsigned int)an->ntensors, err, errlen);
+    if (st == AMP_OK) st = amp_mt_table_create(&g->params, par, np, err, errlen);
+    free(hist);
+    free(par);
+    return st;
+}
+
+static amp_status net_init(amp_net *an, char *err, size_t errlen)
+{
+    AMP_RETURN_ERROR_IF(!an->owns_scaler, AMP_ERR_INVALID, err, errlen,
+                        "amp_attach: a scaler shared by several networks is not supported on the "
+                        "GPU (docs/gpu.md); give each network its own");
+    AMP_FORWARD_IF_ERROR(check_device(an, err, errlen));
+    amp_gpu_net *g = calloc(1, sizeof *g);
+    AMP_RETURN_ERROR_IF(!g, AMP_ERR_NOMEM, err, errlen, "amp: out of memory attaching to %s",
+                        an->cfgfile);
+    an->bk = g;
+    AMP_FORWARD_IF_ERROR(build_tables(an, err, errlen));
+    amp_gpu_state init;
+    memset(&init, 0, sizeof init);
+    init.st = an->scaler->state;
+    init.batch_scale = an->scaler->state.scale;
+    init.inv_scale = amp_inv_scale(an->scaler->state.scale);
+    AMP_FORWARD_IF_ERROR(AMP_CUDA_CHECK(cudaMalloc((void **)&g->dev, sizeof *g->dev), err, errlen));
+    AMP_FORWARD_IF_ERROR(AMP_CUDA_CHECK(
+        cudaMemcpy(g->dev, &init, sizeof init, cudaMemcpyHostToDevice), err, errlen));
+    AMP_FORWARD_IF_ERROR(
+        AMP_CUDA_CHECK(cudaMallocHost((void **)&g->mirror, sizeof *g->mirror), err, errlen));
+    AMP_FORWARD_IF_ERROR(AMP_CUDA_CHECK(
+        cudaEventCreateWithFlags(&g->copied, cudaEventDisableTiming), err, errlen));
+    g->half = amp_gpu_half_ctx_new();
+    AMP_RETURN_ERROR_IF(!g->half, AMP_ERR_NOMEM, err, errlen,
+                        "amp: out of memory attaching to %s", an->cfgfile);
+    g->half->dev = g->dev;
+    return AMP_OK;
+}
+
+static void net_free(amp_net *an)
+{
+    amp_gpu_net *g = gpu_of(an);
+    if (!g) return;
+    cudaDeviceSynchronize(); /* nothing of ours in flight when freed */
+    amp_gpu_half_ctx_free(g->half);
+    amp_mt_table_free(&g->hist);
+    amp_mt_table_free(&g->params);
+    cudaFree(g->saved);
+    cudaFree(g->param_saved);
+    cudaFree(g->dev);
+    if (g->mirror) cudaFreeHost(g->mirror);
+    if (g->copied) cudaEventDestroy(g->copied);
+    free(g->grads);
+    free(g);
+    an->bk = NULL;
+}
+
+const amp_backend_ops amp_cuda_backend = {
+    .name = "CUDA",
+    .default_dtype = AMP_DTYPE_FLOAT16,
+    .host_timing = 0,
+    .slots = slots,
+    .net_init = net_init,
+    .net_free = net_free,
+    .layer_install = layer_install,
+    .layer_free = layer_free,
+    .begin_batch = begin_batch,
+    .scale_loss = scale_loss,
+    .rescale = rescale,
+    .unscale = unscale,
+    .decide = decide,
+    .step_end = step_end,
+    .sync = sync_state,
+    .push_state = push_state,
+    .end_mid_batch = end_mid_batch,
+    .poke = poke,
+};

@@ -1,0 +1,84 @@
+/* The backend interface: what runs a network's AMP work on a device, as a
+ * table of functions (ggml's backends in spirit). The core (step.c) owns the
+ * training step's phases, the layer wrappers and every decision it can make
+ * on the host; a backend owns the memory the work touches. Two implement it:
+ * the CPU (plugin/cpu/backend.c) and CUDA (cuda/backend.c); backends.c is the
+ * one place that chooses.
+ *
+ * Two kinds of step decision:
+ * - host-decided (no decide member): unscale() sets an->found_inf and
+ *   an->bad_tensor; on a non-finite gradient the core calls restore() and
+ *   skips every layer's update; the outcome is settled at once;
+ * - device-decided (decide set): the device decides, darknet's updates all
+ *   run, step_end() undoes a skipped step on the device and publishes the
+ *   outcome, and sync() later brings it to the host, where the backend hands
+ *   it to amp_step_settled(). The host never waits for the decision.
+ *
+ * Every member is required unless marked optional. Members that return
+ * nothing report a failure with amp_net_fail(); the training loop stops on it.
+ */
+#ifndef AMP_BACKEND_H
+#define AMP_BACKEND_H
+
+#include "core.h"
+
+
+struct amp_backend_ops {
+    const char *name;                /* "CPU", "CUDA" */
+    amp_dtype default_dtype;         /* amp_dtype when the cfg names none */
+    int host_timing;                 /* DARKNET_AMP_PROFILE's timers mean something here */
+
+    /* The function-pointer slots of a layer this backend runs. */
+    amp_slots (*slots)(layer *l);
+
+    /* Per-network state, after the core collected the tensors and before any
+     * layer is installed: AMP_OK, or refuses (a shared scaler, a GPU that
+     * cannot run the dtype) with why. */
+    amp_status (*net_init)(amp_net *an, char *err, size_t errlen);
+    /* Frees what net_init and layer_install made (after every layer_free);
+     * also after a failed net_init. */
+    void (*net_free)(amp_net *an);
+
+    /* Called for every layer at attach, al->precision set by the policy and
+     * al->forward/backward/update by the slots: the backend may point
+     * forward/backward at its own implementation (a half path), set al->impl,
+     * install sub-layers, or change al->precision (a half layer it cannot run
+     * becomes AMP_PRECISION_FALLBACK, with a line on stderr where that is
+     * news). AMP_OK also when the layer stays darknet's. */
+    amp_status (*layer_install)(amp_layer *al, layer *l, char *err, size_t errlen);
+    /* Frees what layer_install made for al (its sub-layers included). */
+    void (*layer_free)(amp_layer *al);
+
+    /* The batch start: every history saved and multiplied by the scaler's
+     * scale; an->batch_scale set to it (device backends: read on the device,
+     * the host's value for messages). */
+    void (*begin_batch)(amp_net *an);
+    /* A loss layer's delta (its gradient) multiplied by the batch's scale. */
+    void (*scale_loss)(amp_net *an, const layer *l);
+    /* A backward after amp_unscale: the histories multiplied by the scale again. */
+    void (*rescale)(amp_net *an);
+    /* Every history multiplied by 1/scale and checked (host-decided: found_inf
+     * and bad_tensor set; device-decided: a device flag). */
+    void (*unscale)(amp_net *an);
+    /* Host-decided: every history back as it was at the batch start. */
+    void (*restore)(amp_net *an);
+    /* Device-decided only (else NULL): the decision and the scale's update on
+     * the device, before darknet's updates run... */
+    void (*decide)(amp_net *an);
+    /* ...and after the last of them: undo a skipped step, publish the outcome. */
+    void (*step_end)(amp_net *an);
+    /* Optional: settle a published outcome (amp_step_settled) if it has
+     * arrived, or (wait) once it has. */
+    void (*sync)(amp_net *an, int wait);
+    /* Optional: the host's scaler state replaced it (a state file was loaded). */
+    void (*push_state)(amp_net *an);
+    /* Detached mid-batch: the histories multiplied by 1/scale, this batch's
+     * gradients kept. */
+    void (*end_mid_batch)(amp_net *an);
+    /* Sets element i of tensor k's gradient (DARKNET_AMP_INJECT). */
+    void (*poke)(amp_net *an, int k, size_t i, float value);
+    /* Optional: start-up warnings (a CPU without bfloat16 instructions). */
+    void (*describe)(const amp_net *an, FILE *out);
+};
+
+#endif

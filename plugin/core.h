@@ -1,0 +1,285 @@
+/* The AMP core's records, shared by its files (the .c files of plugin/), the backends
+ * (plugin/cpu/, cuda/, through backend.h) and the tests. No CUDA and no
+ * oneDNN here: a backend keeps its own state behind the void pointers
+ * amp_net.bk and amp_layer.bk.
+ *
+ * Map of the core (docs/architecture.md):
+ *   step.c      the training step's phase machine and the three layer
+ *               wrappers, attach and detach, amp_unscale/amp_step
+ *   tensors.c   darknet knowledge: a layer's parameter gradients, the
+ *               sub-layers of recurrent layers, function-pointer slots
+ *   scaler.c    the loss scaler: its invariants, the scale rule's use, every
+ *               skip and scale message, amp_max_skips
+ *   hooks.c     darknet's hook table: cfg keys, attaching, the state file
+ *               beside the weights, the progress line; amp_attach
+ *   options.c   the cfg keys and every DARKNET_AMP_* environment variable
+ *   state_file.c the <weights>.amp file
+ *   policy.c    which layers run in half; profile.c, inject.c: aids
+ *   backends.c  the one place that knows which backends exist
+ *   half.h, grad_math.h, scale_rule.h: element math shared with cuda/
+ */
+#ifndef AMP_CORE_H
+#define AMP_CORE_H
+
+#include "darknet.h"
+#include "darknet_amp.h"
+#include "error.h"
+#include "scale_rule.h"
+
+#include <stddef.h>
+#include <stdio.h>
+
+struct amp_scaler {
+    amp_options opt;
+    amp_scale_params params;
+    amp_scale_state state;
+    int pending;                   /* networks stepped since the last update */
+    int pending_inf;               /* OR of their overflow flags */
+    char first_bad[AMP_MSG_LEN];   /* where the current iteration first overflowed */
+};
+
+/* What a parameter gradient is the gradient of. */
+typedef enum amp_tensor_kind { AMP_TENSOR_WEIGHTS, AMP_TENSOR_BIASES, AMP_TENSOR_SCALES } amp_tensor_kind;
+
+/* One parameter gradient: a *_updates array, which darknet also uses as the
+ * momentum history. src is the layer (or sub-layer) whose arrays these are:
+ * a backend finds its own copies there by kind (weight_updates_gpu, ...). */
+typedef struct amp_tensor {
+    layer *src;
+    amp_tensor_kind kind;
+    float *param;       /* the parameters it is the gradient of */
+    float *grad;
+    size_t n;
+    size_t offset;      /* of its elements among all of the network's */
+    int layer;          /* index in the network */
+    const char *sub;    /* the sub-layer's name ("uz"), "" for the layer itself */
+    char name[32];      /* for messages and DARKNET_AMP_INJECT: "weights", "uz.biases" */
+} amp_tensor;
+
+typedef struct amp_net amp_net;
+
+/* Where a layer's GEMM/convolution runs (policy.c). */
+typedef enum amp_precision {
+    AMP_PRECISION_HALF,     /* the half dtype */
+    AMP_PRECISION_FP32,     /* float32 by the policy (or amp_dtype=float32) */
+    AMP_PRECISION_OFF,      /* float32 by the cfg's amp=0 */
+    AMP_PRECISION_FALLBACK, /* half by the policy, no half path for it here: float32 */
+    AMP_PRECISION_COUNT
+} amp_precision;
+
+/* What runs a half layer's GEMM/convolution (the start-up table's names). */
+typedef enum amp_impl {
+    AMP_IMPL_DARKNET,  /* darknet's own float32 code */
+    AMP_IMPL_EMULATED, /* cpu/half.c: darknet's GEMM on half-rounded values */
+    AMP_IMPL_ONEDNN,   /* cpu/onednn.c: oneDNN primitives in the half dtype */
+    AMP_IMPL_CUDNN,    /* cuda/half_conv.c: cuDNN with half tensors */
+    AMP_IMPL_CUBLAS,   /* cuda/half_gemm.c: cublasGemmEx with half inputs */
+    AMP_IMPL_COUNT
+} amp_impl;
+
+typedef void (*amp_layer_fn)(struct layer, struct network);
+typedef void (*amp_update_fn)(struct layer, update_args);
+
+/* A layer's three function-pointer slots that a backend runs: darknet's CPU
+ * ones (forward, backward, update) or its GPU ones (forward_gpu, ...). */
+typedef struct amp_slots {
+    amp_layer_fn *forward, *backward;
+    amp_update_fn *update;
+} amp_slots;
+
+/* DARKNET_AMP_PROFILE=1: time spent in one layer (profile.c). */
+typedef struct amp_layer_profile {
+    /* every layer (profile.c wraps its pointers) */
+    amp_layer_fn next_forward, next_backward;
+    amp_update_fn next_update;
+    double all_fwd_s, all_bwd_s, all_upd_s;
+    /* half layers */
+    double fwd_s, bwd_s;    /* in the layer's forward and backward */
+    double gemm_s;          /* of which in the GEMM/convolution and conversions */
+    double gflop;           /* GEMM/convolution work done, 1e9 multiply-adds x 2 */
+    unsigned long calls;    /* forward + backward calls */
+} amp_layer_profile;
+
+typedef struct amp_layer {
+    amp_net *owner;
+    int index;
+    int half_allowed;   /* 0 when the cfg section says amp=0 */
+    amp_precision precision;
+    amp_impl impl;
+    int wrapped;        /* its slots were changed: detach puts them back */
+    /* darknet's own pointers (from the backend's slots), put back by detach */
+    amp_layer_fn orig_forward, orig_backward;
+    amp_update_fn orig_update;
+    /* what the wrappers run: darknet's, or the backend's (a half path) */
+    amp_layer_fn forward, backward;
+    amp_update_fn update;
+    amp_layer_profile prof;
+    /* A recurrent layer (rnn, gru, lstm, crnn) runs its GEMMs in its
+     * sub-layers, which darknet calls through their own pointers (patch
+     * 0008): one record per sub-layer, installed on it as on a layer. */
+    struct amp_layer *subs;
+    int nsubs;
+    /* In a sub-layer's record: the sub-layer, and its name ("uz"). A
+     * sub-layer runs once per time step with a new input. */
+    layer *sub;
+    const char *sub_name;
+    void *bk;           /* the backend's per-layer state */
+} amp_layer;
+
+typedef enum amp_phase {
+    AMP_PHASE_IDLE,         /* no backward since the last step (or attach) */
+    AMP_PHASE_ACCUMULATING, /* histories scaled, gradients accumulating */
+    AMP_PHASE_UNSCALED,     /* checked and unscaled, step not taken yet */
+    AMP_PHASE_STEPPED       /* step taken or skipped */
+} amp_phase;
+
+typedef struct amp_injection {
+    int layer;
+    char tensor[32];    /* as amp_tensor.name */
+    float value;
+    unsigned long steps[16];
+    int nsteps;
+} amp_injection;
+
+/* DARKNET_AMP_*: the environment, read once per attach (options.c). */
+typedef struct amp_env {
+    const char *cpu;        /* DARKNET_AMP_CPU: auto, onednn or emulate (cpu/ parses it) */
+    int profile;            /* DARKNET_AMP_PROFILE: 1 on (2: printed already) */
+    const char *inject;     /* DARKNET_AMP_INJECT, or NULL */
+} amp_env;
+
+typedef struct amp_backend_ops amp_backend_ops;
+
+struct amp_net {
+    network *net;
+    const amp_backend_ops *ops;  /* the backend that runs it */
+    void *bk;                    /* the backend's per-network state */
+    amp_scaler *scaler;          /* set once attached */
+    amp_scaler *parsed;          /* the cfg's scaler, from [net] until attach */
+    int owns_scaler;
+    int enabled;                 /* [net] amp=1 (a parse record may hold amp=0) */
+    amp_layer *layers;           /* net->n */
+    amp_tensor *tensors;
+    int ntensors;
+    size_t nparams;
+    amp_phase phase;
+    int first_update, last_update; /* lowest and highest index of a layer with parameters */
+    unsigned long weights_version; /* moved by every update and every load */
+    unsigned long long grad_nonzero, grad_flushed; /* this batch, half layers' input gradients */
+    double prof_scaling_s;       /* DARKNET_AMP_PROFILE: saving, scaling, unscaling, checking */
+    float batch_scale;           /* the scale the current batch was scaled with */
+    int found_inf;               /* host-decided steps: a gradient was not finite */
+    int bad_tensor;              /* host-decided steps: the first non-finite one, or -1 */
+    int skipped;                 /* the last settled step was skipped */
+    int skip_updates;            /* the step under way: layer updates are skipped */
+    int step_open;               /* a device-decided step awaits its end */
+    unsigned long step_index;    /* steps taken or skipped by this network */
+    char bad[AMP_MSG_LEN];       /* the tensor that overflowed first in the last step */
+    amp_status error_status;     /* a fatal condition for the training loop ... */
+    char error[AMP_MSG_LEN];     /* ... and its message */
+    char cfgfile[AMP_MSG_LEN];
+    amp_env env;
+    amp_injection inject[8];
+    int ninject;
+};
+
+/* ---- tensors.c: darknet knowledge ---- */
+amp_net *amp_net_of(const network *net);
+/* A record for net with every layer allowed half precision; not attached. */
+amp_net *amp_net_new(network *net);
+/* The parameter gradients of every layer darknet updates, sub-layers' too. */
+amp_status amp_collect_tensors(amp_net *an, char *err, size_t errlen);
+void amp_describe_tensor(const amp_net *an, int k, char *out, size_t size);
+/* The sub-layers of a recurrent layer, with their names ("uz", "input"):
+ * their count, 0 for other types. */
+#define AMP_MAX_SUBLAYERS 8
+int amp_sublayers(const layer *l, layer **subs, const char **names);
+/* Installs a backend's execution on every sub-layer of the recurrent layer l
+ * (amp_layer.subs): a record per sub-layer, its slots as the backend's
+ * slots() gives them, install() filling the record (forward, backward, bk).
+ * All or none: AMP_OK with every sub-layer's slots pointed at its record,
+ * or the status and why (free_one has freed what install made). */
+typedef amp_status (*amp_sub_install_fn)(amp_layer *sa, layer *sub, void *ctx, char *why,
+                                         size_t whylen);
+amp_status amp_subs_install(amp_layer *al, layer *l, amp_slots (*slots)(layer *),
+                            amp_sub_install_fn install, void (*free_one)(amp_layer *), void *ctx,
+                            char *why, size_t whylen);
+/* Puts the sub-layers' pointers back and frees the records, each with free_one. */
+void amp_subs_free(amp_layer *al, amp_slots (*slots)(layer *), void (*free_one)(amp_layer *));
+
+/* ---- step.c ---- */
+/* Attaches an (its layer records, half_allowed, cfgfile set) with scaler s,
+ * run by the backend ops. On failure nothing stays installed. */
+amp_status amp_net_attach(amp_net *an, amp_scaler *s, const amp_backend_ops *ops, char *err,
+                          size_t errlen);
+/* Detaches (darknet's pointers back; a batch in progress handed back
+ * unscaled) and frees an and everything it owns. NULL is fine. */
+void amp_net_free(amp_net *an);
+/* The backend's view of the step brought to the host (device backends);
+ * wait: block until it has arrived. */
+void amp_net_sync(amp_net *an, int wait);
+
+/* ---- scaler.c ---- */
+void amp_scaler_setup(amp_scaler *s, const amp_options *o);
+/* Every invariant of the options: NULL, or why the first broken one is broken
+ * (*field: the option it is about, as the amp_option_field below). */
+typedef enum amp_option_field {
+    AMP_FIELD_DTYPE, AMP_FIELD_INIT_SCALE, AMP_FIELD_GROWTH_FACTOR, AMP_FIELD_BACKOFF_FACTOR,
+    AMP_FIELD_GROWTH_INTERVAL, AMP_FIELD_HYSTERESIS, AMP_FIELD_SCALE_BOUNDS,
+    AMP_FIELD_INIT_IN_BOUNDS, AMP_FIELD_MAX_SKIPS
+} amp_option_field;
+const char *amp_options_invalid(const amp_options *o, amp_option_field *field);
+/* Every invariant of a scaler state (as a state file holds it): NULL or why
+ * (into buf). */
+const char *amp_scale_state_invalid(const amp_scale_state *st, char *buf, size_t size);
+/* A state loaded for these options: a static scale is the options' own, a
+ * dynamic one kept within their bounds, the hysteresis counter within them. */
+void amp_scale_state_fit(amp_scale_state *st, const amp_options *o);
+/* The outcome of one network's step, settled on the host: right away for a
+ * host-decided step, when the device's copy arrived for a device-decided one. */
+typedef struct amp_step_outcome {
+    int skipped;
+    int bad_tensor;                /* the first non-finite gradient, or -1 */
+    float batch_scale;             /* the scale the batch was scaled with */
+    unsigned long long seq;        /* the step's number, from 1 */
+    const amp_scale_state *state;  /* the scaler as the device updated it; NULL: update here */
+    int take_back_t;               /* darknet counted the step in *net->t: a skip undoes it */
+} amp_step_outcome;
+/* Applies an outcome: the skip message, the pending flags of a shared scaler,
+ * the scale's update (here, or as the device did it) and its message, and
+ * amp_max_skips as the network's error. The one place these are decided. */
+void amp_step_settled(amp_net *an, const amp_step_outcome *o);
+/* Applies the update rule to the pending steps; AMP_ERR_NONFINITE with a
+ * message when amp_max_skips is reached. */
+amp_status amp_scaler_apply(amp_scaler *s, char *err, size_t errlen);
+
+/* ---- hooks.c ---- */
+/* The start-up lines: settings, precision table, the backend's warnings. */
+void amp_describe(const amp_net *an, FILE *out);
+
+/* ---- options.c ---- */
+void amp_env_read(amp_env *env);
+/* DARKNET_AMP_TEST_CRASH_IN_SAVE=1 (docs/state-file.md). */
+int amp_env_crash_in_save(void);
+
+/* ---- policy.c ---- */
+amp_precision amp_policy(const layer *l, amp_dtype dtype, int half_allowed);
+void amp_policy_print(const amp_net *an, FILE *out);
+
+/* ---- profile.c ---- */
+double amp_clock(void);
+/* Puts a timer around every layer's forward, backward and update slots. */
+void amp_profile_install(amp_net *an);
+void amp_profile_print(const amp_net *an, FILE *out);
+
+/* ---- inject.c: DARKNET_AMP_INJECT (docs/testing.md) ---- */
+amp_status amp_parse_injection(amp_net *an, const char *spec, char *err, size_t errlen);
+/* Writes this step's injected values into the gradients, through the backend. */
+void amp_inject(amp_net *an);
+
+/* ---- backends.c ---- */
+/* The backend for a network: the CUDA one for a network built for a GPU in a
+ * CUDA build, the CPU one otherwise. */
+const amp_backend_ops *amp_backend_for(const network *net);
+
+#endif

@@ -1,0 +1,237 @@
+/* The CPU backend (backend.h): the batch's arithmetic on darknet's host
+ * arrays, decided on the host, and which half path each layer gets: oneDNN
+ * for bfloat16 convolutions where the CPU runs them, else the exact
+ * emulation (docs/design.md, docs/cfg.md "DARKNET_AMP_CPU").
+ */
+#include "cpu.h"
+#include "grad_math.h" /* amp_unscale_check, amp_inv_scale: shared with cuda/ */
+#include "network.h"   /* get_layer_string */
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+amp_status amp_cpu_path_parse(const char *value, amp_cpu_path *out, char *err, size_t errlen)
+{
+    if (!value || !*value || !strcmp(value, "auto")) *out = AMP_CPU_AUTO;
+    else if (!strcmp(value, "onednn")) *out = AMP_CPU_ONEDNN;
+    else if (!strcmp(value, "emulate")) *out = AMP_CPU_EMULATE;
+    else
+        AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                         "DARKNET_AMP_CPU=%s: expected auto, onednn or emulate", value);
+    return AMP_OK;
+}
+
+static amp_slots slots(layer *l)
+{
+    return (amp_slots){&l->forward, &l->backward, &l->update};
+}
+
+static amp_status net_init(amp_net *an, char *err, size_t errlen)
+{
+    cpu_net *cn = calloc(1, sizeof *cn);
+    AMP_RETURN_ERROR_IF(!cn, AMP_ERR_NOMEM, err, errlen, "amp: out of memory attaching to %s",
+                        an->cfgfile);
+    an->bk = cn;
+    AMP_FORWARD_IF_ERROR(amp_cpu_path_parse(an->env.cpu, &cn->path, err, errlen));
+    cn->saved = malloc((an->nparams ? an->nparams : 1) * sizeof(float));
+    AMP_RETURN_ERROR_IF(!cn->saved, AMP_ERR_NOMEM, err, errlen,
+                        "amp: out of memory attaching to %s", an->cfgfile);
+    return AMP_OK;
+}
+
+static void net_free(amp_net *an)
+{
+    cpu_net *cn = cpu_net_of(an);
+    if (!cn) return;
+    amp_onednn_ctx_free(cn);
+    free(cn->saved);
+    free(cn);
+    an->bk = NULL;
+}
+
+/* ---- layers ---- */
+
+static void layer_free(amp_layer *al)
+{
+    if (al->subs) amp_subs_free(al, slots, amp_cpu_layer_free);
+    amp_cpu_layer_free(al);
+}
+
+/* The half path of one layer (or sub-layer): oneDNN where it runs the
+ * convolution and DARKNET_AMP_CPU allows, else the emulation. */
+static amp_status half_path(amp_layer *al, layer *l, char *why, size_t whylen)
+{
+    const cpu_net *cn = cpu_net_of(al->owner);
+    const amp_dtype dtype = al->owner->scaler->opt.dtype;
+    if (!al->bk) {
+        al->bk = calloc(1, sizeof(cpu_layer));
+        AMP_RETURN_ERROR_IF(!al->bk, AMP_ERR_NOMEM, why, whylen, "out of memory");
+    }
+    if (l->type == CONVOLUTIONAL && cn->path != AMP_CPU_EMULATE &&
+        (dtype == AMP_DTYPE_BFLOAT16 || cn->path == AMP_CPU_ONEDNN)) {
+        char whynot[AMP_MSG_LEN];
+        if (amp_onednn_conv_install(al, l, dtype, whynot, sizeof whynot) == AMP_OK) return AMP_OK;
+        if (cn->path == AMP_CPU_ONEDNN)
+            fprintf(stderr, "amp: layer %d: not through oneDNN: %s; emulated\n", al->index, whynot);
+    }
+    AMP_RETURN_ERROR_IF(dtype == AMP_DTYPE_FLOAT32, AMP_ERR_INVALID, why, whylen,
+                        "nothing to emulate in float32");
+    return amp_emulation_install(al, l, why, whylen);
+}
+
+static amp_status install_sub(amp_layer *sa, layer *sub, void *ctx, char *why, size_t whylen)
+{
+    (void)ctx;
+    return half_path(sa, sub, why, whylen);
+}
+
+/* A layer's half execution: recurrent layers through their sub-layers. */
+static amp_status install_half(amp_layer *al, layer *l)
+{
+    char why[AMP_MSG_LEN] = "";
+    amp_status st;
+    if (l->type == RNN || l->type == GRU || l->type == LSTM || l->type == CRNN) {
+        st = amp_subs_install(al, l, slots, install_sub, amp_cpu_layer_free, NULL, why,
+                              sizeof why);
+        if (st != AMP_OK)
+            fprintf(stderr, "amp: layer %d [%s]: float32: %s\n", al->index,
+                    get_layer_string(l->type), why);
+        return st;
+    }
+    st = half_path(al, l, why, sizeof why);
+    if (st != AMP_OK) amp_cpu_layer_free(al);
+    return st;
+}
+
+static amp_status layer_install(amp_layer *al, layer *l, char *err, size_t errlen)
+{
+    (void)err, (void)errlen;
+    const amp_net *an = al->owner;
+    /* amp_dtype=float32 with DARKNET_AMP_CPU=onednn: the half layers run
+     * oneDNN's float32 primitives (benchmarks: the library's gain alone). */
+    if (an->scaler->opt.dtype == AMP_DTYPE_FLOAT32 && cpu_net_of(an)->path == AMP_CPU_ONEDNN &&
+        amp_policy(l, AMP_DTYPE_BFLOAT16, al->half_allowed) == AMP_PRECISION_HALF &&
+        install_half(al, l) == AMP_OK)
+        al->precision = AMP_PRECISION_HALF;
+    else if (al->precision == AMP_PRECISION_HALF && install_half(al, l) != AMP_OK)
+        al->precision = AMP_PRECISION_FALLBACK;
+    if (l->type == MAXPOOL && l->forward && l->backward) { /* same results, threaded */
+        al->forward = amp_maxpool_forward;
+        al->backward = amp_maxpool_backward;
+    }
+    return AMP_OK;
+}
+
+/* ---- the batch ---- */
+
+/* Multiplies every element by k; returns 1 if any result is inf or NaN. The
+ * test is on the exponent bits, so the loop vectorizes (a float reduction
+ * would not without -fassociative-math). Element by element, so splitting it
+ * between threads changes no result. */
+static int scale_checked(float *g, size_t n, float k)
+{
+    uint32_t bad = 0;
+#pragma omp parallel for simd schedule(static) reduction(| : bad) if (n > 65536)
+    for (size_t i = 0; i < n; ++i) {
+        bad |= amp_unscale_check(&g[i], k); /* grad_math.h, shared with cuda/ */
+    }
+    return bad != 0;
+}
+
+static void begin_batch(amp_net *an)
+{
+    const cpu_net *cn = cpu_net_of(an);
+    const float s = an->scaler->state.scale;
+    an->batch_scale = s;
+    for (int k = 0; k < an->ntensors; ++k) {
+        amp_tensor *t = &an->tensors[k];
+        memcpy(cn->saved + t->offset, t->grad, t->n * sizeof(float));
+        if (s != 1.0f)
+            for (size_t i = 0; i < t->n; ++i) t->grad[i] *= s;
+    }
+}
+
+static void scale_loss(amp_net *an, const layer *l)
+{
+    const float s = an->batch_scale;
+    if (!l->delta || s == 1.0f) return;
+    const size_t n = (size_t)l->outputs * l->batch;
+    for (size_t i = 0; i < n; ++i) l->delta[i] *= s;
+}
+
+static void rescale(amp_net *an)
+{
+    for (int k = 0; k < an->ntensors; ++k)
+        scale_checked(an->tensors[k].grad, an->tensors[k].n, an->batch_scale);
+}
+
+/* Multiplies every element by 1/S and checks the result: an overflow of the
+ * scaled gradient is inf already, and with S < 1 a finite gradient may only
+ * overflow now. Every tensor is unscaled, so that amp_unscale leaves true
+ * gradients to look at even on an overflow; tensors are visited from the
+ * output layer back, so the first non-finite one is where backpropagation
+ * first overflowed. */
+static void unscale(amp_net *an)
+{
+    const float inv = amp_inv_scale(an->batch_scale);
+    for (int k = an->ntensors - 1; k >= 0; --k) {
+        amp_tensor *t = &an->tensors[k];
+        if (scale_checked(t->grad, t->n, inv) && !an->found_inf) {
+            an->found_inf = 1;
+            an->bad_tensor = k;
+        }
+    }
+}
+
+static void restore(amp_net *an)
+{
+    const cpu_net *cn = cpu_net_of(an);
+    for (int k = 0; k < an->ntensors; ++k) {
+        amp_tensor *t = &an->tensors[k];
+        memcpy(t->grad, cn->saved + t->offset, t->n * sizeof(float));
+    }
+}
+
+static void end_mid_batch(amp_net *an)
+{
+    if (an->batch_scale == 1.0f) return;
+    for (int k = 0; k < an->ntensors; ++k)
+        scale_checked(an->tensors[k].grad, an->tensors[k].n,
+                      (float)(1.0 / (double)an->batch_scale));
+}
+
+static void poke(amp_net *an, int k, size_t i, float value)
+{
+    an->tensors[k].grad[i] = value;
+}
+
+static void describe(const amp_net *an, FILE *out)
+{
+    int native = 0;
+    const char *isa = amp_onednn_isa(&native);
+    if (an->scaler->opt.dtype == AMP_DTYPE_BFLOAT16 && !native)
+        fprintf(out, "amp: warning: this CPU has neither AVX512-BF16 nor AMX (oneDNN sees %s): "
+                     "bfloat16 is converted in software here and will be slow, possibly slower "
+                     "than float32 (amp=0)\n", isa);
+}
+
+const amp_backend_ops amp_cpu_backend = {
+    .name = "CPU",
+    .default_dtype = AMP_DTYPE_BFLOAT16,
+    .host_timing = 1,
+    .slots = slots,
+    .net_init = net_init,
+    .net_free = net_free,
+    .layer_install = layer_install,
+    .layer_free = layer_free,
+    .begin_batch = begin_batch,
+    .scale_loss = scale_loss,
+    .rescale = rescale,
+    .unscale = unscale,
+    .restore = restore,
+    .end_mid_batch = end_mid_batch,
+    .poke = poke,
+    .describe = describe,
+};

@@ -1,0 +1,100 @@
+/* The CPU backend's private header: its per-network and per-layer state and
+ * the parts it is made of.
+ *
+ *   backend.c  the backend table (backend.h): the batch's host arithmetic,
+ *              which half path a layer gets
+ *   half.c     the exact half emulation: darknet's GEMM on half-rounded
+ *              values, with a GPU's rounding points (the numerics reference)
+ *   onednn.c   bfloat16 (and float32) convolutions through oneDNN
+ *   tail.c     batch-norm, bias and activation of a half layer, threaded
+ *   maxpool.c  darknet's max-pooling, threaded
+ */
+#ifndef AMP_CPU_H
+#define AMP_CPU_H
+
+#include "backend.h"
+
+#include <stddef.h>
+
+/* DARKNET_AMP_CPU: which path half layers get (docs/cfg.md). */
+typedef enum amp_cpu_path {
+    AMP_CPU_AUTO,    /* oneDNN for bfloat16 where it has an optimised kernel */
+    AMP_CPU_ONEDNN,  /* oneDNN whatever the kernel (and for amp_dtype=float32) */
+    AMP_CPU_EMULATE  /* the emulation everywhere */
+} amp_cpu_path;
+
+/* The formula a half layer's float32 batch-norm uses (tail.c). darknet's
+ * CPU batch-norm and its GPU one (cuDNN) differ: unbiased variance and
+ * sqrt(var) + 1e-6, against biased variance and sqrt(var + 1e-5); with 4
+ * values per channel the normalised values differ by 15%. The CPU runs
+ * darknet's; the GPU half layers' tests set AMP_BN_CUDNN on their CPU
+ * reference, to compare like with like. */
+typedef enum amp_bn_formula {
+    AMP_BN_DARKNET_CPU, /* darknet's forward_batchnorm_layer */
+    AMP_BN_CUDNN        /* cudnnBatchNormalizationForwardTraining, as darknet calls it */
+} amp_bn_formula;
+
+typedef struct amp_buffer {
+    float *data;
+    size_t n;
+} amp_buffer;
+
+struct amp_dnnl_ctx;
+struct amp_dnnl_conv;
+
+typedef struct cpu_net {
+    float *saved;              /* every history as it was at the batch start */
+    amp_cpu_path path;
+    amp_bn_formula bn_formula; /* of the half layers' batch-norm */
+    struct amp_dnnl_ctx *dnnl; /* oneDNN engine and stream, NULL until needed */
+} cpu_net;
+
+typedef struct cpu_layer {
+    amp_buffer wq, xq, dq, tmp, gx; /* half weights, input, gradient; scratch */
+    unsigned long wq_version;       /* the weights_version wq was made from */
+    struct amp_dnnl_conv *dnnl;     /* oneDNN primitives and buffers */
+} cpu_layer;
+
+static inline cpu_net *cpu_net_of(const amp_net *an)
+{
+    return (cpu_net *)an->bk;
+}
+
+static inline cpu_layer *cpu_layer_of(const amp_layer *al)
+{
+    return (cpu_layer *)al->bk;
+}
+
+/* backend.c */
+extern const amp_backend_ops amp_cpu_backend;
+/* Parses DARKNET_AMP_CPU; AMP_ERR_INVALID with a message on a bad value. */
+amp_status amp_cpu_path_parse(const char *value, amp_cpu_path *out, char *err, size_t errlen);
+
+/* half.c: the emulation of l's type into al (forward, backward, impl), or
+ * AMP_ERR_INVALID with why when it has none. */
+amp_status amp_emulation_install(amp_layer *al, layer *l, char *why, size_t whylen);
+/* The emulated convolution, also the oneDNN path's fallback. */
+void amp_emulated_conv_forward(layer l, network net);
+void amp_emulated_conv_backward(layer l, network net);
+void amp_cpu_layer_free(amp_layer *al);
+
+/* tail.c: the float32 parts of a half layer: batch-norm or bias, then the
+ * activation, and their gradients; multi-threaded, same results as darknet's. */
+void amp_tail_forward(layer l, network net, int nbias, int bias_size, amp_bn_formula bn);
+void amp_tail_backward(layer l, network net, int nbias, int bias_size);
+
+/* maxpool.c: darknet's max-pooling, multi-threaded, same results. */
+void amp_maxpool_forward(layer l, network net);
+void amp_maxpool_backward(layer l, network net);
+
+/* onednn.c: the oneDNN convolution for l into al, or why not (dtype float32
+ * runs the same primitives in float32). */
+amp_status amp_onednn_conv_install(amp_layer *al, layer *l, amp_dtype dtype, char *why,
+                                   size_t whylen);
+void amp_onednn_conv_free(cpu_layer *c);
+void amp_onednn_ctx_free(cpu_net *cn);
+/* The CPU's instruction set as oneDNN sees it ("avx512_core_bf16"), and
+ * whether it runs bfloat16 natively (AVX512-BF16 or AMX). */
+const char *amp_onednn_isa(int *native_bf16);
+
+#endif

@@ -1,0 +1,298 @@
+/* The training step, once for every backend: loss scaling, momentum-safe
+ * unscaling and the inf/NaN-gated optimizer step, through darknet's
+ * per-layer function pointers (docs/design.md, docs/architecture.md).
+ *
+ * darknet accumulates gradients into the *_updates arrays, which also hold
+ * the momentum history (U = m*U_prev + g1 + g2 + ..., summed in a fixed
+ * order). Scaling must leave no trace in that history, and darknet's
+ * summation order must not change. So, before the batch's first backward,
+ * each history is saved and multiplied by the scale S; darknet then
+ * accumulates the S-scaled gradients onto it in its own order; at the step
+ * every element is checked and multiplied by 1/S. With S a power of two both
+ * multiplications are exact, and an overflow-free step is bit-for-bit
+ * darknet's own. A step with a non-finite element leaves weights, momentum,
+ * Adam moments and darknet's t exactly as before the batch.
+ *
+ * The phases (amp_phase):
+ *
+ *   IDLE --first training forward of a loss layer, or backward--> ACCUMULATING
+ *   ACCUMULATING --amp_unscale, or the first update--> UNSCALED
+ *   UNSCALED --backward (a new micro-batch)--> ACCUMULATING (histories rescaled)
+ *   UNSCALED --the first update: the decision--> STEPPED
+ *   STEPPED --forward/backward--> ACCUMULATING;  --update, nothing pending--> IDLE
+ *
+ * Wrapped pointers (the backend's slots: darknet's CPU or GPU ones): forward
+ * of layers that own a cost (l.cost != NULL: cost, detection, iseg,
+ * logistic, region, softmax, yolo) scales their delta by S; backward of
+ * layers with parameters or a cost starts the batch; update of layers with
+ * parameters takes the step. Recurrent layers' sub-layers are called by their
+ * parent, whose pointers are wrapped; their gradients are part of the
+ * parent's. The backend does the arithmetic (backend.h).
+ */
+#include "backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void amp_net_sync(amp_net *an, int wait)
+{
+    if (an && an->ops && an->ops->sync) an->ops->sync(an, wait);
+}
+
+/* ---- the batch ---- */
+
+/* The batch's scale is fixed here, at its first training forward or backward,
+ * and used for its deltas and histories alike until the step. */
+static void begin_batch(amp_net *an)
+{
+    double t0 = an->env.profile ? amp_clock() : 0;
+    an->grad_nonzero = an->grad_flushed = 0;
+    an->ops->begin_batch(an);
+    an->phase = AMP_PHASE_ACCUMULATING;
+    if (an->env.profile) an->prof_scaling_s += amp_clock() - t0;
+}
+
+/* A backward after amp_unscale, before the step: the histories are whole
+ * (unscaled); scale them again, exactly, and keep the batch-start copy. */
+static void rescale(amp_net *an)
+{
+    an->ops->rescale(an);
+    an->phase = AMP_PHASE_ACCUMULATING;
+}
+
+/* Every gradient unscaled and checked; the first non-finite one (from the
+ * output layer back, where backpropagation first overflowed) is remembered
+ * by a host-decided backend, flagged on the device by the others. */
+static void unscale(amp_net *an)
+{
+    double t0 = an->env.profile ? amp_clock() : 0;
+    amp_inject(an);
+    an->found_inf = 0;
+    an->bad_tensor = -1;
+    an->ops->unscale(an);
+    an->phase = AMP_PHASE_UNSCALED;
+    if (an->env.profile) an->prof_scaling_s += amp_clock() - t0;
+}
+
+/* The decision, before the first layer's update. inside_update: darknet's
+ * update_network has counted the step in *net->t already. */
+static void begin_step(amp_net *an, int inside_update)
+{
+    amp_net_sync(an, 1); /* a device's last step settled: in darknet's loop long done */
+    if (an->phase == AMP_PHASE_ACCUMULATING) unscale(an);
+    an->step_index += 1;
+    an->phase = AMP_PHASE_STEPPED;
+    if (an->ops->decide) {
+        /* On the device: darknet's updates all run and a skipped step is
+         * undone there (step_end). The host does not know which: the half
+         * weight copies are refreshed after every step (also after multi-GPU
+         * averaging, which darknet does right after a step). */
+        an->ops->decide(an);
+        an->weights_version += 1;
+        an->skip_updates = 0;
+        an->step_open = 1;
+        return;
+    }
+    an->skip_updates = an->found_inf;
+    if (an->found_inf) an->ops->restore(an);
+    else an->weights_version += 1; /* the updates below change them */
+    const amp_step_outcome o = {an->found_inf, an->bad_tensor, an->batch_scale, an->step_index,
+                                NULL, inside_update};
+    amp_step_settled(an, &o);
+}
+
+/* After the last layer's update. */
+static void end_step(amp_net *an)
+{
+    if (!an->step_open) return;
+    an->step_open = 0;
+    an->ops->step_end(an);
+}
+
+/* ---- the wrappers ---- */
+
+static void wrap_forward(layer l, network net)
+{
+    const amp_layer *al = l.hook_data;
+    amp_net *an = al->owner;
+    if (net.train && an->phase != AMP_PHASE_ACCUMULATING) {
+        if (an->phase == AMP_PHASE_UNSCALED) rescale(an);
+        else begin_batch(an);
+    }
+    al->forward(l, net);
+    if (net.train) an->ops->scale_loss(an, &l);
+}
+
+static void wrap_backward(layer l, network net)
+{
+    const amp_layer *al = l.hook_data;
+    amp_net *an = al->owner;
+    amp_net_sync(an, 0); /* the last step's outcome, before this batch's update */
+    if (an->phase == AMP_PHASE_UNSCALED) rescale(an);
+    else if (an->phase != AMP_PHASE_ACCUMULATING) begin_batch(an);
+    al->backward(l, net);
+}
+
+static void wrap_update(layer l, update_args a)
+{
+    const amp_layer *al = l.hook_data;
+    amp_net *an = al->owner;
+    if (an->phase == AMP_PHASE_ACCUMULATING || an->phase == AMP_PHASE_UNSCALED) {
+        begin_step(an, 1);
+    } else if (al->index == an->first_update) {
+        /* An update with no scaled batch pending (a program that fills the
+         * *_updates itself, as darknet's lsd.c does): darknet's own, which must
+         * not inherit the last step's skip, and moves the weights all the same. */
+        an->phase = AMP_PHASE_IDLE;
+        an->skipped = 0;
+        an->skip_updates = 0;
+        an->step_open = 0;
+        an->weights_version += 1;
+    }
+    if (!an->skip_updates) al->update(l, a);
+    if (al->index == an->last_update) end_step(an);
+}
+
+/* ---- attach / detach ---- */
+
+amp_status amp_net_attach(amp_net *an, amp_scaler *s, const amp_backend_ops *ops, char *err,
+                          size_t errlen)
+{
+    network *net = an->net;
+    an->scaler = s;
+    an->ops = ops;
+    amp_env_read(&an->env);
+    AMP_FORWARD_IF_ERROR(amp_collect_tensors(an, err, errlen));
+    if (an->env.inject) AMP_FORWARD_IF_ERROR(amp_parse_injection(an, an->env.inject, err, errlen));
+    an->phase = AMP_PHASE_IDLE;
+    an->first_update = an->last_update = -1;
+    an->weights_version = 1;
+    AMP_FORWARD_IF_ERROR(ops->net_init(an, err, errlen));
+    for (int i = 0; i < net->n; ++i) {
+        layer *l = &net->layers[i];
+        amp_layer *al = &an->layers[i];
+        const amp_slots sl = ops->slots(l);
+        al->owner = an;
+        al->index = i;
+        al->orig_forward = al->forward = *sl.forward;
+        al->orig_backward = al->backward = *sl.backward;
+        al->orig_update = al->update = *sl.update;
+        al->precision = amp_policy(l, s->opt.dtype, al->half_allowed);
+        AMP_FORWARD_IF_ERROR(ops->layer_install(al, l, err, errlen));
+        const int params = *sl.update != NULL;
+        if (l->cost && *sl.forward) *sl.forward = wrap_forward;
+        else if (al->forward != al->orig_forward) *sl.forward = al->forward; /* the backend's */
+        if ((params || l->cost) && *sl.backward) *sl.backward = wrap_backward;
+        else if (al->backward != al->orig_backward) *sl.backward = al->backward;
+        if (params) {
+            *sl.update = wrap_update;
+            if (an->first_update < 0) an->first_update = i;
+            an->last_update = i;
+        }
+        al->wrapped = *sl.forward != al->orig_forward || *sl.backward != al->orig_backward ||
+                      *sl.update != al->orig_update;
+        if (al->wrapped) l->hook_data = al;
+    }
+    if (an->env.profile && ops->host_timing) amp_profile_install(an);
+    net->hook_data = an;
+    return AMP_OK;
+}
+
+void amp_net_free(amp_net *an)
+{
+    if (!an) return;
+    /* not yet printed; before the layers' records (sub-layers') go */
+    if (an->env.profile == 1 && an->scaler && an->net) amp_profile_print(an, stderr);
+    network *net = an->net;
+    const amp_backend_ops *ops = an->ops;
+    if (ops && net) {
+        /* Detached mid-batch: hand darknet its histories unscaled (exact for
+         * a power-of-two scale), with this batch's gradients kept. */
+        if (an->phase == AMP_PHASE_ACCUMULATING) ops->end_mid_batch(an);
+        an->phase = AMP_PHASE_IDLE;
+        for (int i = 0; i < net->n; ++i) {
+            amp_layer *al = &an->layers[i];
+            ops->layer_free(al);
+            if (!al->wrapped) continue;
+            const amp_slots sl = ops->slots(&net->layers[i]);
+            *sl.forward = al->orig_forward;
+            *sl.backward = al->orig_backward;
+            *sl.update = al->orig_update;
+            net->layers[i].hook_data = NULL;
+        }
+        ops->net_free(an);
+    }
+    if (net && net->hook_data == an) net->hook_data = NULL;
+    if (an->owns_scaler) amp_scaler_free(an->scaler);
+    amp_scaler_free(an->parsed); /* a parse that never finished */
+    free(an->layers);
+    free(an->tensors);
+    free(an);
+}
+
+/* ---- the public API on networks ---- */
+
+static amp_net *checked(amp_scaler *s, const network *net, const char *fn, char *err,
+                        size_t errlen)
+{
+    amp_net *an = amp_net_of(net);
+    if (!an)
+        amp_errorf(err, errlen, "%s: AMP is not attached to this network", fn);
+    else if (s && an->scaler != s)
+        amp_errorf(err, errlen, "%s: the network uses another scaler", fn);
+    else
+        return an;
+    return NULL;
+}
+
+/* The network's stored error as the call's result. */
+static amp_status stored_error(const amp_net *an, char *err, size_t errlen)
+{
+    AMP_RETURN_ERROR_IF(an->error[0], an->error_status, err, errlen, "%s", an->error);
+    return AMP_OK;
+}
+
+amp_status amp_unscale(amp_scaler *s, network *net, char *err, size_t errlen)
+{
+    amp_net *an = checked(s, net, "amp_unscale", err, errlen);
+    if (!an) return AMP_ERR_INVALID;
+    AMP_RETURN_ERROR_IF(an->phase == AMP_PHASE_UNSCALED, AMP_ERR_STATE, err, errlen,
+                        "amp_unscale: already unscaled since the last step (a second unscale "
+                        "would divide the gradients twice)");
+    AMP_RETURN_ERROR_IF(an->phase != AMP_PHASE_ACCUMULATING, AMP_ERR_STATE, err, errlen,
+                        "amp_unscale: no backward pass since the last step");
+    unscale(an);
+    return stored_error(an, err, errlen);
+}
+
+amp_status amp_step(amp_scaler *s, network *net, char *err, size_t errlen)
+{
+    amp_net *an = checked(s, net, "amp_step", err, errlen);
+    if (!an) return AMP_ERR_INVALID;
+    AMP_RETURN_ERROR_IF(an->phase != AMP_PHASE_ACCUMULATING && an->phase != AMP_PHASE_UNSCALED,
+                        AMP_ERR_STATE, err, errlen,
+                        "amp_step: no backward pass since the last step");
+    if (an->phase == AMP_PHASE_ACCUMULATING) unscale(an);
+    update_network(net);
+    if (an->phase == AMP_PHASE_UNSCALED) { /* no layer has parameters */
+        begin_step(an, 0);
+        end_step(an);
+    }
+    return stored_error(an, err, errlen);
+}
+
+double amp_network_flushed(const network *net)
+{
+    amp_net *an = amp_net_of(net);
+    if (!an) return -1;
+    return an->grad_nonzero ? (double)an->grad_flushed / (double)an->grad_nonzero : 0.0;
+}
+
+int amp_step_skipped(const amp_scaler *s, const network *net)
+{
+    amp_net *an = amp_net_of(net);
+    if (!an || (s && an->scaler != s)) return -1;
+    amp_net_sync(an, 1); /* a device decided; this API call may wait for it */
+    return an->step_index > 0 && an->skipped;
+}

@@ -1,0 +1,436 @@
+/* The core's training step (plugin/step.c, scaler.c) on a fake backend: no
+ * oneDNN, no GPU, only the backend table (backend.h) over darknet's host
+ * arrays, in its two kinds:
+ * - host-decided, as the CPU backend: the step is decided at once;
+ * - device-decided, as the CUDA backend: a "device" (a struct here) decides,
+ *   darknet's updates all run, a skipped step is undone at step_end and its
+ *   outcome is published, and only a sync settles it on the host.
+ *
+ *   step_test CFG OUTDIR
+ *
+ * On CFG's network (a CPU network, float32 layers, loss scale 2^16, dynamic),
+ * for each kind: four steps with a NaN injected into layer 0's weight
+ * gradient at step 2: the skipped step leaves every parameter and darknet's t
+ * as they were, the scale backs off once, the calls reach the backend in the
+ * order the protocol says; an update with no training pass moves the weights
+ * and weights_version; amp_max_skips stops with AMP_ERR_NONFINITE naming the
+ * layer. For the device-decided kind also: the outcome is not on the host
+ * before a sync, and a state file loaded while a step is in flight is not
+ * overwritten by that step's outcome.
+ */
+#include "backend.h"
+#include "check.h"
+#include "state_file.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the fake backend ---- */
+
+typedef struct fake_net {
+    float *saved;          /* histories at the batch start */
+    float *params_saved;   /* parameters before a device-decided step */
+    /* the "device" (device-decided kind) */
+    amp_scale_state dev;
+    int dev_found, dev_skipped, dev_bad;
+    unsigned long long dev_seq;
+    amp_scale_state mirror;
+    int mirror_skipped, mirror_bad;
+    unsigned long long mirror_seq;
+    float mirror_batch_scale;
+    int in_flight, arrived;
+    /* what the core asked for */
+    int n_begin, n_scale_loss, n_rescale, n_unscale, n_restore, n_decide, n_step_end, n_push;
+} fake_net;
+
+static fake_net *fk(const amp_net *an)
+{
+    return an->bk;
+}
+
+static amp_slots slots(layer *l)
+{
+    return (amp_slots){&l->forward, &l->backward, &l->update};
+}
+
+static amp_status net_init(amp_net *an, char *err, size_t errlen)
+{
+    fake_net *f = calloc(1, sizeof *f);
+    AMP_RETURN_ERROR_IF(!f, AMP_ERR_NOMEM, err, errlen, "out of memory");
+    an->bk = f;
+    f->saved = calloc(an->nparams, sizeof(float));
+    f->params_saved = calloc(an->nparams, sizeof(float));
+    f->dev = an->scaler->state;
+    return AMP_OK;
+}
+
+static void net_free(amp_net *an)
+{
+    fake_net *f = fk(an);
+    if (!f) return;
+    free(f->saved);
+    free(f->params_saved);
+    free(f);
+    an->bk = NULL;
+}
+
+static amp_status layer_install(amp_layer *al, layer *l, char *err, size_t errlen)
+{
+    (void)l, (void)err, (void)errlen;
+    if (al->precision == AMP_PRECISION_HALF) al->precision = AMP_PRECISION_FALLBACK;
+    return AMP_OK;
+}
+
+static void layer_free(amp_layer *al)
+{
+    (void)al;
+}
+
+static float scale_of(const amp_net *an)
+{
+    return an->ops->decide ? fk(an)->dev.scale : an->scaler->state.scale;
+}
+
+static void begin_batch(amp_net *an)
+{
+    fake_net *f = fk(an);
+    f->n_begin++;
+    an->batch_scale = scale_of(an);
+    for (int k = 0; k < an->ntensors; ++k) {
+        amp_tensor *t = &an->tensors[k];
+        memcpy(f->saved + t->offset, t->grad, t->n * sizeof(float));
+        for (size_t i = 0; i < t->n; ++i) t->grad[i] *= an->batch_scale;
+    }
+}
+
+static void scale_loss(amp_net *an, const layer *l)
+{
+    fk(an)->n_scale_loss++;
+    for (int i = 0; l->delta && i < l->outputs * l->batch; ++i) l->delta[i] *= an->batch_scale;
+}
+
+static void multiply(amp_net *an, float k, int *found, int *bad)
+{
+    for (int j = an->ntensors - 1; j >= 0; --j) {
+        amp_tensor *t = &an->tensors[j];
+        int nonfinite = 0;
+        for (size_t i = 0; i < t->n; ++i) {
+            t->grad[i] *= k;
+            nonfinite |= !amp_finite(t->grad[i]);
+        }
+        if (nonfinite && found && !*found) *found = 1, *bad = j;
+    }
+}
+
+static void rescale(amp_net *an)
+{
+    fk(an)->n_rescale++;
+    multiply(an, an->batch_scale, NULL, NULL);
+}
+
+static void unscale(amp_net *an)
+{
+    fake_net *f = fk(an);
+    f->n_unscale++;
+    if (an->ops->decide) {
+        f->dev_found = 0;
+        multiply(an, 1 / an->batch_scale, &f->dev_found, &f->dev_bad);
+    } else {
+        multiply(an, 1 / an->batch_scale, &an->found_inf, &an->bad_tensor);
+    }
+}
+
+static void restore(amp_net *an)
+{
+    fake_net *f = fk(an);
+    f->n_restore++;
+    for (int k = 0; k < an->ntensors; ++k)
+        memcpy(an->tensors[k].grad, f->saved + an->tensors[k].offset,
+               an->tensors[k].n * sizeof(float));
+}
+
+static void copy_params(amp_net *an, int to_saved)
+{
+    fake_net *f = fk(an);
+    for (int k = 0; k < an->ntensors; ++k) {
+        amp_tensor *t = &an->tensors[k];
+        float *s = f->params_saved + t->offset;
+        memcpy(to_saved ? s : t->param, to_saved ? t->param : s, t->n * sizeof(float));
+    }
+}
+
+/* The "device": decide and update the scale, keep the parameters aside. */
+static void decide(amp_net *an)
+{
+    fake_net *f = fk(an);
+    f->n_decide++;
+    f->dev_skipped = f->dev_found;
+    f->dev_seq++;
+    amp_scale_update(&f->dev, &an->scaler->params, f->dev_found);
+    if (f->dev_skipped) copy_params(an, 1);
+}
+
+static void step_end(amp_net *an)
+{
+    fake_net *f = fk(an);
+    f->n_step_end++;
+    if (f->dev_skipped) {
+        copy_params(an, 0);
+        restore(an);
+        f->n_restore--; /* counted as the device's undo, not a host restore */
+    }
+    f->mirror = f->dev;
+    f->mirror_skipped = f->dev_skipped;
+    f->mirror_bad = f->dev_found ? f->dev_bad : -1;
+    f->mirror_seq = f->dev_seq;
+    f->mirror_batch_scale = an->batch_scale;
+    f->in_flight = 1;
+    f->arrived = 0;
+}
+
+/* The copy "arrives" at the second look, or at once when waited for. */
+static void sync(amp_net *an, int wait)
+{
+    fake_net *f = fk(an);
+    if (!f->in_flight) return;
+    if (!wait && !f->arrived++) return;
+    f->in_flight = 0;
+    const amp_scale_state st = f->mirror;
+    const amp_step_outcome o = {f->mirror_skipped, f->mirror_bad, f->mirror_batch_scale,
+                                f->mirror_seq, &st, 1};
+    amp_step_settled(an, &o);
+}
+
+static void push_state(amp_net *an)
+{
+    fk(an)->n_push++;
+    fk(an)->dev = an->scaler->state;
+}
+
+static void end_mid_batch(amp_net *an)
+{
+    multiply(an, 1 / an->batch_scale, NULL, NULL);
+}
+
+static void poke(amp_net *an, int k, size_t i, float value)
+{
+    an->tensors[k].grad[i] = value;
+}
+
+static const amp_backend_ops host_decided = {
+    .name = "fake host-decided", .default_dtype = AMP_DTYPE_FLOAT32, .slots = slots,
+    .net_init = net_init, .net_free = net_free, .layer_install = layer_install,
+    .layer_free = layer_free, .begin_batch = begin_batch, .scale_loss = scale_loss,
+    .rescale = rescale, .unscale = unscale, .restore = restore, .end_mid_batch = end_mid_batch,
+    .poke = poke,
+};
+
+static const amp_backend_ops device_decided = {
+    .name = "fake device-decided", .default_dtype = AMP_DTYPE_FLOAT32, .slots = slots,
+    .net_init = net_init, .net_free = net_free, .layer_install = layer_install,
+    .layer_free = layer_free, .begin_batch = begin_batch, .scale_loss = scale_loss,
+    .rescale = rescale, .unscale = unscale, .decide = decide, .step_end = step_end,
+    .sync = sync, .push_state = push_state, .end_mid_batch = end_mid_batch, .poke = poke,
+};
+
+/* ---- the test ---- */
+
+static network *build(const char *cfg, const amp_backend_ops *ops, long max_skips)
+{
+#ifdef GPU
+    gpu_index = -1;
+#endif
+    srand(11);
+    network *net = parse_network_cfg((char *)cfg);
+    amp_options o;
+    amp_options_init(&o, AMP_DTYPE_FLOAT32);
+    o.max_skips = max_skips;
+    amp_scaler *s = NULL;
+    char err[AMP_MSG_LEN] = "";
+    amp_net *an = amp_net_new(net);
+    an->enabled = 1;
+    an->owns_scaler = 1;
+    snprintf(an->cfgfile, sizeof an->cfgfile, "%s", cfg);
+    if (!an || amp_register() != AMP_OK || amp_scaler_create(&o, &s, err, sizeof err) != AMP_OK ||
+        amp_net_attach(an, s, ops, err, sizeof err) != AMP_OK) {
+        printf("FAIL: attach %s: %s\n", ops->name, err);
+        exit(1);
+    }
+    return net;
+}
+
+static void batch(network *net, unsigned seed)
+{
+    srand(seed);
+    for (int i = 0; i < net->inputs * net->batch; ++i)
+        net->input[i] = (float)rand() / RAND_MAX * 2 - 1;
+    memset(net->truth, 0, (size_t)net->truths * net->batch * sizeof(float));
+    for (int b = 0; b < net->batch; ++b)
+        net->truth[(size_t)b * net->truths + (size_t)rand() % net->truths] = 1;
+}
+
+/* Every parameter, concatenated. */
+static float *params_of(const amp_net *an)
+{
+    float *p = malloc(an->nparams * sizeof(float));
+    for (int k = 0; k < an->ntensors; ++k)
+        memcpy(p + an->tensors[k].offset, an->tensors[k].param, an->tensors[k].n * sizeof(float));
+    return p;
+}
+
+static size_t differ(const float *a, const float *b, size_t n)
+{
+    size_t d = 0;
+    for (size_t i = 0; i < n; ++i) d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return d;
+}
+
+static void steps(const char *cfg, const amp_backend_ops *ops)
+{
+    const int device = ops->decide != NULL;
+    const char *kind = ops->name;
+    setenv("DARKNET_AMP_INJECT", "0:weights:nan:2", 1);
+    network *net = build(cfg, ops, 0);
+    unsetenv("DARKNET_AMP_INJECT");
+    amp_net *an = amp_net_of(net);
+    fake_net *f = fk(an);
+    amp_scaler *s = an->scaler;
+
+    batch(net, 1);
+    train_network_datum(net);
+    amp_net_sync(an, 1);
+    CHECK(f->n_begin == 1 && f->n_unscale == 1 && f->n_scale_loss == 1 && f->n_restore == 0 &&
+              f->n_decide == device && f->n_step_end == device,
+          "%s: step 1 reached the backend as begin_batch 1, scale_loss %d, unscale %d, "
+          "restore %d, decide %d, step_end %d",
+          kind, f->n_scale_loss, f->n_unscale, f->n_restore, f->n_decide, f->n_step_end);
+    float *before = params_of(an);
+    const int t_before = *net->t;
+    const unsigned long version = an->weights_version;
+
+    batch(net, 2); /* the NaN goes into layer 0's weight gradient */
+    train_network_datum(net);
+    float *after = params_of(an);
+    size_t d = differ(before, after, an->nparams);
+    CHECK(d == 0, "%s: step 2 (NaN injected) left the parameters as they were: %zu of %zu "
+                  "elements differ", kind, d, an->nparams);
+    if (device) {
+        CHECK(amp_scaler_skips(s) == 0 && !an->skipped,
+              "%s: the skip is not known on the host before a sync (skips %llu)", kind,
+              amp_scaler_skips(s));
+        amp_net_sync(an, 0); /* not arrived yet */
+        CHECK(amp_scaler_skips(s) == 0, "%s: a sync that finds the copy still in flight "
+                                        "settles nothing", kind);
+        amp_net_sync(an, 0);
+    }
+    CHECK(an->skipped && amp_scaler_skips(s) == 1 && amp_scaler_steps(s) == 2,
+          "%s: step 2 settled as skipped: %llu steps, %llu skipped", kind, amp_scaler_steps(s),
+          amp_scaler_skips(s));
+    CHECK(*net->t == t_before, "%s: darknet's t taken back for the skipped step (%d, was %d)",
+          kind, *net->t, t_before);
+    CHECK(amp_scaler_get_scale(s) == 32768.0f, "%s: the scale backed off once: %g", kind,
+          amp_scaler_get_scale(s));
+    CHECK(strstr(an->bad, "layer 0") && strstr(an->bad, "weights"),
+          "%s: the skip names the tensor: \"%s\"", kind, an->bad);
+    CHECK(device ? an->weights_version == version + 1 : an->weights_version == version,
+          "%s: weights_version after the skipped step %lu (was %lu; a device-decided step "
+          "always moves it, the host does not know)", kind, an->weights_version, version);
+
+    batch(net, 3);
+    train_network_datum(net);
+    amp_net_sync(an, 1);
+    free(after);
+    after = params_of(an);
+    d = differ(before, after, an->nparams);
+    CHECK(d > an->nparams / 2 && !an->skipped,
+          "%s: step 3 ran: %zu of %zu parameters changed", kind, d, an->nparams);
+
+    /* An update with no training pass: darknet's own, and the weights moved. */
+    const unsigned long v3 = an->weights_version;
+    free(before);
+    before = params_of(an);
+    for (int i = 0; i < net->n; ++i) {
+        layer *l = &net->layers[i];
+        if (l->update && l->weight_updates) l->weight_updates[0] = 100;
+    }
+    update_network(net);
+    free(after);
+    after = params_of(an);
+    d = differ(before, after, an->nparams);
+    CHECK(d > 0 && an->weights_version == v3 + 1 && an->phase == AMP_PHASE_IDLE,
+          "%s: an update with no training pass ran (%zu elements moved) and moved "
+          "weights_version (%lu -> %lu)", kind, d, v3, an->weights_version);
+    free(before);
+    free(after);
+    amp_detach(net);
+    free_network(net);
+}
+
+static void max_skips(const char *cfg, const amp_backend_ops *ops)
+{
+    setenv("DARKNET_AMP_INJECT", "1:biases:inf:1,2", 1);
+    network *net = build(cfg, ops, 2);
+    unsetenv("DARKNET_AMP_INJECT");
+    amp_net *an = amp_net_of(net);
+    for (int k = 1; k <= 2; ++k) {
+        batch(net, k);
+        train_network_datum(net);
+    }
+    amp_net_sync(an, 1);
+    CHECK(an->error_status == AMP_ERR_NONFINITE && strstr(an->error, "amp_max_skips=2") &&
+              strstr(an->error, "layer 1"),
+          "%s: amp_max_skips=2 reached: the network's error (status %d): %s", ops->name,
+          (int)an->error_status, an->error);
+    batch(net, 3);
+    train_network_datum(net);
+    amp_net_sync(an, 1);
+    CHECK(an->error[0] == 0, "%s: a good step after it clears the stop (\"%s\")", ops->name,
+          an->error);
+    amp_detach(net);
+    free_network(net);
+}
+
+/* A state file loaded while the device's last step is in flight: that step's
+ * outcome is settled first, then the loaded state replaces it, on the host
+ * and on the device. */
+static void load_in_flight(const char *cfg, const char *dir)
+{
+    network *net = build(cfg, &device_decided, 0);
+    amp_net *an = amp_net_of(net);
+    batch(net, 1);
+    train_network_datum(net); /* in flight now */
+    char path[AMP_MSG_LEN], err[AMP_MSG_LEN];
+    snprintf(path, sizeof path, "%s/loaded.weights", dir);
+    amp_scale_state st = an->scaler->state;
+    st.scale = 1024;
+    st.steps = st.skips = 7;
+    int found = 0;
+    amp_status r = amp_state_file_write(path, AMP_DTYPE_FLOAT32, &st, err, sizeof err);
+    CHECK(r == AMP_OK && fk(an)->in_flight, "a state file written while a step is in flight (%s)",
+          r == AMP_OK ? "ok" : err);
+    r = amp_load_state(net, path, &found, err, sizeof err);
+    amp_net_sync(an, 1);
+    CHECK(r == AMP_OK && found && amp_scaler_get_scale(an->scaler) == 1024.0f &&
+              amp_scaler_steps(an->scaler) == 7 && fk(an)->dev.scale == 1024.0f &&
+              fk(an)->n_push == 1,
+          "the loaded state stays: host scale %g, %llu steps; device scale %g, %d pushes",
+          amp_scaler_get_scale(an->scaler), amp_scaler_steps(an->scaler), fk(an)->dev.scale,
+          fk(an)->n_push);
+    amp_detach(net);
+    free_network(net);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: step_test CFG OUTDIR\n");
+        return 2;
+    }
+    steps(argv[1], &host_decided);
+    steps(argv[1], &device_decided);
+    max_skips(argv[1], &host_decided);
+    max_skips(argv[1], &device_decided);
+    load_in_flight(argv[1], argv[2]);
+    return check_report();
+}

@@ -1,0 +1,520 @@
+/* One harness for every backend's layers: each implementation of the half
+ * layers against the code it replaces and against the exact emulation, the
+ * numerics reference (plugin/cpu/half.c), layer by layer.
+ *
+ *   backend_parity --emulation CFG [resize]   the CPU emulation against
+ *                                             darknet's CPU float32, float16
+ *                                             and bfloat16 (any build, no GPU)
+ *   backend_parity --cpu CFG [resize]         the same with the CPU's own choice
+ *                                             (oneDNN for bfloat16 where the
+ *                                             CPU runs it, else the emulation)
+ *   backend_parity --onednn N CFG [resize]    oneDNN: in float32 against
+ *                                             darknet's float32 layers (N of
+ *                                             them through oneDNN), in
+ *                                             bfloat16 against the emulation;
+ *                                             skipped (77) without oneDNN
+ *   backend_parity CFG [resize]               GPU 0 (skipped, 77, without
+ *                                             one): the GPU half layers
+ *                                             (cuDNN, cuBLAS) against
+ *                                             darknet's float32 GPU layers and
+ *                                             against the CPU emulation
+ *   backend_parity --no-cpu-reference CFG     GPU only, against darknet's
+ *                                             float32 GPU layers (for layers
+ *                                             darknet cannot run on the CPU)
+ *
+ * Networks from CFG, same seed (same initial weights), same input, same
+ * gradient arriving at the last layer. Each pair: every layer's output (a
+ * recurrent layer's sub-layers' over every time step too), then after one
+ * backward pass every layer's delta and weight/bias/scale gradients; again
+ * after new weights (as an update or a load leaves them: the half weight
+ * copies must follow), and with "resize" after resize_network (the cuDNN
+ * descriptors and the oneDNN primitives must be remade).
+ *
+ * Against the emulation on the GPU, the emulation's batch-norm uses cuDNN's
+ * formula (biased variance, sqrt(var + 1e-5)), which darknet's GPU layers
+ * run, not darknet's CPU one (unbiased variance, sqrt(var) + 1e-6): at batch
+ * 4 those differ by 15% (unit.bn_formula). Like with like.
+ *
+ * Bounds, tol + |ref| * eps(dtype) in the llm.c manner, eps = 2^-11 for
+ * float16 and 2^-8 for bfloat16 (half an ulp at 1):
+ * - outputs, per element: |got - ref| <= k * eps * (max|ref| of the tensor +
+ *   |ref|). Against float32, k = 8: input, weights and output are each
+ *   rounded (3 half-ulps per layer), later layers carry earlier layers'
+ *   errors, batch-norm divides by a standard deviation that can be small;
+ *   the CPU emulation against CPU float32 (--emulation, same rounding
+ *   points as the GPU) reached at most 0.33 of that bound (mixed.cfg;
+ *   convs 0.27, deconv 0.23, crnn 0.21, gru 0.19: its forward only, as
+ *   darknet's CPU gru has an empty backward). Against the
+ *   emulation, k = 4 (the --onednn bound for the same rounding points):
+ *   an element can land on the other side of a rounding boundary, one ulp,
+ *   and be carried.
+ * - gradients, as a whole: relative 2-norm |got - ref| / |ref|. Single
+ *   elements can differ by their own size (an output near zero flips sign
+ *   and leaky's slope with it), so no per-element bound. Against float32:
+ *   0.3 float16, 0.6 bfloat16: --emulation measured at most 0.12 and 0.27
+ *   on convs.cfg (16-element bias and scale gradients of the first layer,
+ *   at the end of the longest backward chain), 0.13 and 0.24 on crnn.cfg
+ *   (the convolution before the crnn, at the end of two time steps of
+ *   backward), 0.07 and 0.18 on deconv.cfg, 0.04 on mixed.cfg. Against
+ *   the emulation: 0.05 float16, 0.1 bfloat16 (--onednn measured
+ *   3.4e-2 for bfloat16 with the same rounding points and another sum
+ *   order). A wrong layout, a gradient written over instead of added, or
+ *   stale half weights (the new weights are the old ones times -1.25) give
+ *   differences of order 1. The GPU pairs' bounds are set from these CPU
+ *   measurements; they have not been run on a GPU yet (docs/gpu.md).
+ * oneDNN's pairs (--onednn), measured on tests/cfg/convs.cfg (2 threads,
+ * AVX512-BF16):
+ * float32, per element: the worst |diff| was 0.045 of a 1e-4 bound
+ * (summation order over up to 576 products, then batch-norm sums over up
+ * to 1456 positions), so 2e-5 of the tensor's max plus 2e-5 relative.
+ * bfloat16 outputs, per element: a value can land on the other side of a
+ * rounding boundary (one ulp, 2^-8 relative) and later layers carry it;
+ * 4 ulps of the tensor's max plus 4 ulps relative. bfloat16 gradients, as
+ * a whole: an output near zero that flips sign flips leaky's slope (1 vs
+ * 0.1) for its gradient element, so single elements can differ by their
+ * own size; the relative 2-norm of the difference was at most 3.4e-2, the
+ * bound is 0.1 (a wrong layout, a gradient written over instead of added,
+ * or stale weights give differences of order 1).
+ */
+#include "core.h"
+#include "cpu.h"   /* amp_bn_formula */
+#include "check.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef GPU
+#include <cuda_runtime_api.h>
+#endif
+
+/* |got - ref| <= tol * max|ref| + rel * |ref| per element; gradients as a
+ * whole within a relative 2-norm of grad_l2 instead, when it is > 0. */
+typedef struct {
+    const char *name;
+    double tol, rel, grad_l2;
+} bounds;
+
+/* How one network of a pair is built. */
+typedef struct {
+    int gpu;                /* GPU 0, else the CPU */
+    int amp;                /* 0: darknet without AMP */
+    amp_dtype dtype;
+    const char *cpu_path;   /* DARKNET_AMP_CPU for a CPU network with AMP */
+    amp_bn_formula bn;      /* a CPU network's half batch-norm */
+} net_spec;
+
+static double eps_of(amp_dtype t)
+{
+    return t == AMP_DTYPE_BFLOAT16 ? 1.0 / 256 : 1.0 / 2048;
+}
+
+static network *build(const char *cfg, const net_spec *sp)
+{
+#ifdef GPU
+    gpu_index = sp->gpu ? 0 : -1;
+#endif
+    srand(11);
+    network *net = parse_network_cfg((char *)cfg);
+    if (!sp->amp) return net;
+    char err[AMP_MSG_LEN] = "";
+    if (sp->cpu_path) setenv("DARKNET_AMP_CPU", sp->cpu_path, 1);
+    amp_options o;
+    amp_options_init(&o, sp->dtype);
+    o.dynamic = 0;
+    o.init_scale = 1;
+    amp_scaler *s = NULL;
+    if (amp_scaler_create(&o, &s, err, sizeof err) != AMP_OK ||
+        amp_attach(net, s, err, sizeof err) != AMP_OK) {
+        printf("FAIL: attach (%s, %s): %s\n", amp_dtype_name(sp->dtype), sp->gpu ? "GPU" : "CPU",
+               err);
+        exit(1);
+    }
+    amp_net *an = amp_net_of(net);
+    if (!sp->gpu) cpu_net_of(an)->bn_formula = sp->bn;
+    amp_policy_print(an, stdout);
+    return net;
+}
+
+static size_t nweights(const layer *l)
+{
+    return l->type == CONNECTED ? (size_t)l->inputs * l->outputs : (size_t)l->nweights;
+}
+
+static size_t nbias(const layer *l)
+{
+    return (size_t)(l->type == CONNECTED ? l->outputs : l->n);
+}
+
+/* The layers whose parameters a layer's gradients belong to: itself, or a
+ * recurrent layer's sub-layers (with their names). */
+static int parts(layer *l, layer **out, const char **names)
+{
+    int n = amp_sublayers(l, out, names);
+    if (n) return n;
+    if ((l->type == CONVOLUTIONAL || l->type == DECONVOLUTIONAL || l->type == CONNECTED) &&
+        l->weight_updates) {
+        out[0] = l;
+        names[0] = "";
+        return 1;
+    }
+    return 0;
+}
+
+/* How many time steps a layer's arrays hold (a recurrent layer's sub-layers
+ * keep every step's output). */
+static int steps_of(const layer *l)
+{
+    return amp_sublayers(l, (layer *[AMP_MAX_SUBLAYERS]){0},
+                         (const char *[AMP_MAX_SUBLAYERS]){0}) ? l->steps : 1;
+}
+
+/* Compares one tensor and prints what it compared and how far apart. */
+static void compare(const char *what, const float *ref, const float *got, size_t n,
+                    const bounds *b, int gradient)
+{
+    double max = 0;
+    for (size_t i = 0; i < n; ++i) max = fmax(max, fabs(ref[i]));
+    double worst = 0, d2 = 0, r2 = 0;
+    size_t at = 0, equal = 0;
+    for (size_t i = 0; i < n; ++i) {
+        double d = fabs((double)got[i] - ref[i]);
+        d2 += d * d;
+        r2 += (double)ref[i] * ref[i];
+        double r = d / (b->tol * max + b->rel * fabs(ref[i]) + 1e-30);
+        if (!(r <= worst)) worst = r, at = i; /* NaN counts as worst */
+        equal += got[i] == ref[i];
+    }
+    double l2 = sqrt(d2 / (r2 > 0 ? r2 : 1e-30));
+    if (!(d2 == d2)) l2 = NAN;
+    if (gradient && b->grad_l2 > 0)
+        CHECK(l2 <= b->grad_l2, "%-12s %-30s %7zu elements, |diff|/|ref| %.2e (bound %.0e), "
+                                "worst element %zu: %.7g vs %.7g, max|ref| %.3g",
+              b->name, what, n, l2, b->grad_l2, at, n ? got[at] : 0, n ? ref[at] : 0, max);
+    else
+        CHECK(worst <= 1, "%-12s %-30s %7zu elements, %5.1f%% equal, worst |diff|/bound %.3f "
+                          "(element %zu: %.7g vs %.7g, max|ref| %.3g), |diff|/|ref| %.2e",
+              b->name, what, n, 100.0 * equal / (n ? n : 1), worst, at, n ? got[at] : 0,
+              n ? ref[at] : 0, max, l2);
+}
+
+#ifdef GPU
+static void pull(float *gpu, float *host, size_t n)
+{
+    if (gpu && host && n) cuda_pull_array(gpu, host, n);
+}
+#endif
+
+/* Forward on a fixed input, a fixed gradient into the last layer, backward;
+ * a GPU network's arrays end up in its host arrays. */
+static void run(network *net, unsigned seed)
+{
+    srand(seed);
+    for (int i = 0; i < net->inputs * net->batch; ++i)
+        net->input[i] = (float)rand() / RAND_MAX * 2 - 1;
+    net->train = 1;
+    net->delta = NULL;
+    forward_network(net);
+    layer *last = &net->layers[net->n - 1];
+    for (int i = 0; i < last->outputs * last->batch; ++i)
+        last->delta[i] = ((float)rand() / RAND_MAX * 2 - 1) * .1f;
+    for (int i = 0; i < net->n; ++i) {
+        layer *ps[AMP_MAX_SUBLAYERS];
+        const char *names[AMP_MAX_SUBLAYERS];
+        int np = parts(&net->layers[i], ps, names);
+        for (int k = 0; k < np; ++k) { /* gradients of this pass only */
+            layer *l = ps[k];
+            memset(l->weight_updates, 0, nweights(l) * sizeof(float));
+            memset(l->bias_updates, 0, nbias(l) * sizeof(float));
+            if (l->scale_updates) memset(l->scale_updates, 0, nbias(l) * sizeof(float));
+#ifdef GPU
+            if (net->gpu_index >= 0) {
+                fill_gpu((int)nweights(l), 0, l->weight_updates_gpu, 1);
+                fill_gpu((int)nbias(l), 0, l->bias_updates_gpu, 1);
+                if (l->scale_updates_gpu) fill_gpu((int)nbias(l), 0, l->scale_updates_gpu, 1);
+            }
+#endif
+        }
+    }
+#ifdef GPU
+    if (net->gpu_index >= 0)
+        cuda_push_array(last->delta_gpu, last->delta, (size_t)last->outputs * last->batch);
+#endif
+    backward_network(net);
+#ifdef GPU
+    if (net->gpu_index < 0) return;
+    for (int i = 0; i < net->n; ++i) {
+        layer *l = &net->layers[i];
+        size_t n = (size_t)l->outputs * l->batch;
+        pull(l->output_gpu, l->output, n);
+        pull(l->delta_gpu, l->delta, n);
+        layer *ps[AMP_MAX_SUBLAYERS];
+        const char *names[AMP_MAX_SUBLAYERS];
+        int np = parts(l, ps, names);
+        for (int k = 0; k < np; ++k) {
+            layer *p = ps[k];
+            if (p != l) pull(p->output_gpu, p->output, (size_t)p->outputs * p->batch * l->steps);
+            pull(p->weight_updates_gpu, p->weight_updates, nweights(p));
+            pull(p->bias_updates_gpu, p->bias_updates, nbias(p));
+            if (p->scale_updates_gpu) pull(p->scale_updates_gpu, p->scale_updates, nbias(p));
+        }
+    }
+#endif
+}
+
+static void compare_nets(network *a, network *b, const bounds *bd, const char *when)
+{
+    char what[96];
+    for (int i = 0; i < a->n; ++i) {
+        layer *la = &a->layers[i], *lb = &b->layers[i];
+        snprintf(what, sizeof what, "%s layer %d output", when, i);
+        compare(what, la->output, lb->output, (size_t)la->outputs * la->batch, bd, 0);
+        layer *pa[AMP_MAX_SUBLAYERS], *pb[AMP_MAX_SUBLAYERS];
+        const char *names[AMP_MAX_SUBLAYERS];
+        int np = parts(la, pa, names);
+        parts(lb, pb, names);
+        for (int k = 0; k < np && pa[k] != la; ++k) { /* sub-layers: every time step */
+            snprintf(what, sizeof what, "%s layer %d %s output", when, i, names[k]);
+            compare(what, pa[k]->output, pb[k]->output,
+                    (size_t)pa[k]->outputs * pa[k]->batch * steps_of(la), bd, 0);
+        }
+    }
+    for (int i = 0; i < a->n; ++i) {
+        layer *la = &a->layers[i], *lb = &b->layers[i];
+        if (la->delta) {
+            snprintf(what, sizeof what, "%s layer %d delta", when, i);
+            compare(what, la->delta, lb->delta, (size_t)la->outputs * la->batch, bd, 1);
+        }
+        layer *pa[AMP_MAX_SUBLAYERS], *pb[AMP_MAX_SUBLAYERS];
+        const char *names[AMP_MAX_SUBLAYERS];
+        int np = parts(la, pa, names);
+        parts(lb, pb, names);
+        for (int k = 0; k < np; ++k) {
+            const char *sep = *names[k] ? " " : "";
+            snprintf(what, sizeof what, "%s layer %d%s%s weight grad", when, i, sep, names[k]);
+            compare(what, pa[k]->weight_updates, pb[k]->weight_updates, nweights(pa[k]), bd, 1);
+            snprintf(what, sizeof what, "%s layer %d%s%s bias grad", when, i, sep, names[k]);
+            compare(what, pa[k]->bias_updates, pb[k]->bias_updates, nbias(pa[k]), bd, 1);
+            if (pa[k]->batch_normalize) {
+                snprintf(what, sizeof what, "%s layer %d%s%s scale grad", when, i, sep, names[k]);
+                compare(what, pa[k]->scale_updates, pb[k]->scale_updates, nbias(pa[k]), bd, 1);
+            }
+        }
+    }
+}
+
+/* New weights (as an update or a load would leave them), on the device too. */
+static void change_weights(network *net)
+{
+    for (int i = 0; i < net->n; ++i) {
+        layer *ps[AMP_MAX_SUBLAYERS];
+        const char *names[AMP_MAX_SUBLAYERS];
+        int np = parts(&net->layers[i], ps, names);
+        for (int k = 0; k < np; ++k) {
+            layer *l = ps[k];
+            for (size_t j = 0; j < nweights(l); ++j) l->weights[j] *= -1.25f; /* stale: order 1 */
+#ifdef GPU
+            if (net->gpu_index >= 0) cuda_push_array(l->weights_gpu, l->weights, nweights(l));
+#endif
+        }
+    }
+    amp_net *an = amp_net_of(net);
+    if (an) an->weights_version++; /* as the weights_loaded hook does */
+}
+
+static int count_impl(network *net, amp_impl b)
+{
+    amp_net *an = amp_net_of(net);
+    int n = 0;
+    for (int i = 0; an && i < net->n; ++i)
+        n += an->layers[i].precision == AMP_PRECISION_HALF && an->layers[i].impl == b;
+    return n;
+}
+
+/* Layers of the given types. */
+static int count_types(network *net, const LAYER_TYPE *types, int ntypes)
+{
+    int n = 0;
+    for (int i = 0; i < net->n; ++i)
+        for (int t = 0; t < ntypes; ++t) n += net->layers[i].type == types[t];
+    return n;
+}
+
+/* The three passes on the pairs (nets[ref[k]], nets[got[k]]): first, new
+ * weights, resized. */
+static void passes(network **nets, int count, const int *ref, const int *got, const bounds *bd,
+                   int npairs, int resize)
+{
+    static const char *const when[] = {"first pass", "new weights", "resized 28x26"};
+    for (int pass = 0; pass < (resize ? 3 : 2); ++pass) {
+        for (int k = 0; k < count; ++k) {
+            if (pass == 1) change_weights(nets[k]);
+            if (pass == 2) resize_network(nets[k], 28, 26);
+            run(nets[k], 3 + pass);
+        }
+        for (int p = 0; p < npairs; ++p)
+            compare_nets(nets[ref[p]], nets[got[p]], &bd[p], when[pass]);
+    }
+}
+
+static void free_nets(network **nets, int count)
+{
+    for (int k = 0; k < count; ++k) {
+        amp_detach(nets[k]);
+        free_network(nets[k]);
+    }
+}
+
+/* --emulation and --cpu: the CPU's half layers against darknet's float32. */
+static void cpu_half(const char *cfg, const char *path, int resize)
+{
+    const amp_dtype dtypes[] = {AMP_DTYPE_FLOAT16, AMP_DTYPE_BFLOAT16};
+    for (int t = 0; t < 2; ++t) {
+        const amp_dtype dt = dtypes[t];
+        char name[48];
+        snprintf(name, sizeof name, "%s vs float32", amp_dtype_name(dt));
+        const bounds bd = {name, 8 * eps_of(dt), 8 * eps_of(dt),
+                           dt == AMP_DTYPE_BFLOAT16 ? 0.6 : 0.3};
+        const net_spec ref = {0, 0, dt, NULL, AMP_BN_DARKNET_CPU};
+        const net_spec got = {0, 1, dt, path, AMP_BN_DARKNET_CPU};
+        network *nets[2] = {build(cfg, &ref), build(cfg, &got)};
+        const LAYER_TYPE half[] = {CONVOLUTIONAL, DECONVOLUTIONAL, CONNECTED,
+                                   RNN,           GRU,             LSTM, CRNN};
+        int want = count_types(nets[1], half, 7);
+        int have = count_impl(nets[1], AMP_IMPL_EMULATED) + count_impl(nets[1], AMP_IMPL_ONEDNN);
+        CHECK(have == want,
+              "%s: %d of %d convolutional, deconvolutional, connected and recurrent layers in "
+              "half on the CPU (%d through oneDNN)", amp_dtype_name(dt), have, want,
+              count_impl(nets[1], AMP_IMPL_ONEDNN));
+        passes(nets, 2, (int[]){0}, (int[]){1}, &bd, 1, resize);
+        free_nets(nets, 2);
+    }
+}
+
+/* --onednn: oneDNN in float32 against darknet, in bfloat16 against the emulation. */
+static int onednn(const char *cfg, int expect, int resize)
+{
+#ifndef AMP_HAVE_ONEDNN
+    (void)cfg, (void)expect, (void)resize;
+    printf("SKIP: built without oneDNN (DARKNET_AMP_ONEDNN=OFF or libdnnl-dev missing)\n");
+    return 77;
+#else
+    const struct {
+        bounds bd;
+        net_spec ref, got;
+    } pairs[] = {
+        {{"float32", 2e-5, 2e-5, 0},
+         {0, 0, AMP_DTYPE_FLOAT32, NULL, AMP_BN_DARKNET_CPU},
+         {0, 1, AMP_DTYPE_FLOAT32, "onednn", AMP_BN_DARKNET_CPU}},
+        {{"bfloat16", 4.0 / 256, 4.0 / 256, 0.1},
+         {0, 1, AMP_DTYPE_BFLOAT16, "emulate", AMP_BN_DARKNET_CPU},
+         {0, 1, AMP_DTYPE_BFLOAT16, "auto", AMP_BN_DARKNET_CPU}},
+    };
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; ++k) {
+        network *nets[2] = {build(cfg, &pairs[k].ref), build(cfg, &pairs[k].got)};
+        int dnnl = count_impl(nets[1], AMP_IMPL_ONEDNN);
+        CHECK(dnnl == expect, "%s: %d convolutions run through oneDNN (expected %d)",
+              pairs[k].bd.name, dnnl, expect);
+        if (pairs[k].ref.amp)
+            CHECK(count_impl(nets[0], AMP_IMPL_ONEDNN) == 0, "%s: the reference runs none "
+                  "through oneDNN", pairs[k].bd.name);
+        passes(nets, 2, (int[]){0}, (int[]){1}, &pairs[k].bd, 1, resize);
+        free_nets(nets, 2);
+    }
+    return 0;
+#endif
+}
+
+/* The GPU half layers against darknet's float32 GPU layers and (cpu_reference)
+ * against the CPU emulation with cuDNN's batch-norm formula. */
+static int gpu(const char *cfg, int cpu_reference, int resize)
+{
+#ifndef GPU
+    (void)cfg, (void)cpu_reference, (void)resize;
+    printf("SKIP: a CPU build (no GPU half layers)\n");
+    return 77;
+#else
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        printf("SKIP: no CUDA device\n");
+        return 77;
+    }
+    struct cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
+        printf("SKIP: cannot query GPU 0\n");
+        return 77;
+    }
+    cuda_set_device(0);
+    const amp_dtype dtypes[] = {AMP_DTYPE_FLOAT16, AMP_DTYPE_BFLOAT16};
+    for (int t = 0; t < 2; ++t) {
+        const amp_dtype dt = dtypes[t];
+        if (dt == AMP_DTYPE_BFLOAT16 && p.major < 8) {
+            printf("ok: bfloat16 not tested: GPU 0 (%s) is compute capability %d.%d\n", p.name,
+                   p.major, p.minor);
+            continue;
+        }
+        const double eps = eps_of(dt);
+        char name[2][48];
+        snprintf(name[0], sizeof name[0], "%s vs float32", amp_dtype_name(dt));
+        snprintf(name[1], sizeof name[1], "%s vs emulation", amp_dtype_name(dt));
+        const bounds bd[2] = {{name[0], 8 * eps, 8 * eps, dt == AMP_DTYPE_BFLOAT16 ? 0.6 : 0.3},
+                              {name[1], 4 * eps, 4 * eps, dt == AMP_DTYPE_BFLOAT16 ? 0.1 : 0.05}};
+        const net_spec f32 = {1, 0, dt, NULL, AMP_BN_DARKNET_CPU};
+        const net_spec half = {1, 1, dt, NULL, AMP_BN_DARKNET_CPU};
+        const net_spec emul = {0, 1, dt, "emulate", AMP_BN_CUDNN};
+        /* --no-cpu-reference: a cfg whose layers darknet cannot run on the CPU
+         * (rnn, lstm: upstream's CPU code writes out of bounds or crashes) is
+         * compared with darknet's float32 GPU layers only */
+        const int count = cpu_reference ? 3 : 2;
+        network *nets[3] = {build(cfg, &f32), build(cfg, &half),
+                            cpu_reference ? build(cfg, &emul) : NULL};
+        /* convolutions (crnn's sub-layers too) through cuDNN; GEMMs (connected,
+         * deconvolutional, the sub-layers of rnn, gru and lstm) through cuBLAS */
+        const LAYER_TYPE cudnn[] = {CONVOLUTIONAL, CRNN};
+        const LAYER_TYPE cublas[] = {CONNECTED, DECONVOLUTIONAL, RNN, GRU, LSTM};
+        int convs = count_types(nets[1], cudnn, 2), gemms = count_types(nets[1], cublas, 5);
+        CHECK(count_impl(nets[1], AMP_IMPL_CUDNN) == convs,
+              "%s: %d of %d convolutional layers through cuDNN", amp_dtype_name(dt),
+              count_impl(nets[1], AMP_IMPL_CUDNN), convs);
+        CHECK(count_impl(nets[1], AMP_IMPL_CUBLAS) == gemms,
+              "%s: %d of %d connected, deconvolutional and recurrent layers through cuBLAS",
+              amp_dtype_name(dt), count_impl(nets[1], AMP_IMPL_CUBLAS), gemms);
+        passes(nets, count, (int[]){0, 2}, (int[]){1, 1}, bd, count - 1, resize);
+        amp_net *an = amp_net_of(nets[1]);
+        CHECK(an && !an->error[0], "%s: no device error (%s)", amp_dtype_name(dt),
+              an ? an->error : "not attached");
+        /* not freed without a CPU reference: upstream's free_layer frees an
+         * rnn layer's output twice */
+        if (cpu_reference) free_nets(nets, count);
+    }
+    return 0;
+#endif
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = "gpu", *cfg = NULL;
+    int resize = 0, expect = 0, bad = 0;
+    for (int i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--emulation")) mode = "emulation";
+        else if (!strcmp(argv[i], "--cpu")) mode = "cpu";
+        else if (!strcmp(argv[i], "--no-cpu-reference")) mode = "gpu-only";
+        else if (!strcmp(argv[i], "--onednn") && i + 1 < argc)
+            mode = "onednn", expect = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "resize")) resize = 1;
+        else if (!cfg) cfg = argv[i];
+        else bad = 1;
+    }
+    if (!cfg || bad) {
+        fprintf(stderr, "usage: backend_parity [--emulation | --cpu | --onednn N | "
+                        "--no-cpu-reference] CFG [resize]\n");
+        return 2;
+    }
+    int skip = 0;
+    if (!strcmp(mode, "emulation")) cpu_half(cfg, "emulate", resize);
+    else if (!strcmp(mode, "cpu")) cpu_half(cfg, "auto", resize);
+    else if (!strcmp(mode, "onednn")) skip = onednn(cfg, expect, resize);
+    else skip = gpu(cfg, strcmp(mode, "gpu-only") != 0, resize);
+    return skip ? skip : check_report();
+}

@@ -1,5 +1,5 @@
 /* The decisions of the GPU half path that need no device, as plain C (no
- * CUDA types), so that the host tests exercise them (tests/plugin/
+ * CUDA types), so that the host tests exercise them (tests/cuda/
  * gpu_plan_test.c): a convolution's dimensions as cuDNN is given them, the
  * choice among cuDNN's ranked algorithms, and darknet's row-major GEMM
  * written as the column-major call cuBLAS takes.

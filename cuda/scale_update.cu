@@ -1,6 +1,6 @@
 /* The step's decision and the scale update on the device (one thread):
  * scale_rule.h's amp_scale_update, the function the CPU scaler calls, so the
- * trace is the host's (tests/plugin/gpu_kernels_test.cu compares them). The
+ * trace is the host's (tests/cuda/gpu_kernels_test.cu compares them). The
  * host reads the result asynchronously, for logging only.
  */
 #include "amp_cuda.h"

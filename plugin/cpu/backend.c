@@ -53,10 +53,22 @@ static void net_free(amp_net *an)
 
 /* ---- layers ---- */
 
+/* A layer's (or sub-layer's) state: the half buffers and oneDNN's primitives. */
+static void cpu_layer_free(amp_layer *al)
+{
+    cpu_layer *c = al ? cpu_layer_of(al) : NULL;
+    if (!c) return;
+    amp_onednn_conv_free(c);
+    amp_buffer *b[] = {&c->wq, &c->xq, &c->dq, &c->tmp, &c->gx};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) free(b[i]->data);
+    free(c);
+    al->bk = NULL;
+}
+
 static void layer_free(amp_layer *al)
 {
-    if (al->subs) amp_subs_free(al, slots, amp_cpu_layer_free);
-    amp_cpu_layer_free(al);
+    if (al->subs) amp_subs_free(al, slots, cpu_layer_free);
+    cpu_layer_free(al);
 }
 
 /* The half path of one layer (or sub-layer): oneDNN where it runs the
@@ -93,7 +105,7 @@ static amp_status install_half(amp_layer *al, layer *l)
     char why[AMP_MSG_LEN] = "";
     amp_status st;
     if (l->type == RNN || l->type == GRU || l->type == LSTM || l->type == CRNN) {
-        st = amp_subs_install(al, l, slots, install_sub, amp_cpu_layer_free, NULL, why,
+        st = amp_subs_install(al, l, slots, install_sub, cpu_layer_free, NULL, why,
                               sizeof why);
         if (st != AMP_OK)
             fprintf(stderr, "amp: layer %d [%s]: float32: %s\n", al->index,
@@ -101,7 +113,7 @@ static amp_status install_half(amp_layer *al, layer *l)
         return st;
     }
     st = half_path(al, l, why, sizeof why);
-    if (st != AMP_OK) amp_cpu_layer_free(al);
+    if (st != AMP_OK) cpu_layer_free(al);
     return st;
 }
 

@@ -76,7 +76,6 @@ amp_status amp_emulation_install(amp_layer *al, layer *l, char *why, size_t whyl
 /* The emulated convolution, also the oneDNN path's fallback. */
 void amp_emulated_conv_forward(layer l, network net);
 void amp_emulated_conv_backward(layer l, network net);
-void amp_cpu_layer_free(amp_layer *al);
 
 /* tail.c: the float32 parts of a half layer: batch-norm or bias, then the
  * activation, and their gradients; multi-threaded, same results as darknet's. */

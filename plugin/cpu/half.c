@@ -395,14 +395,3 @@ amp_status amp_emulation_install(amp_layer *al, layer *l, char *why, size_t whyl
     al->impl = AMP_IMPL_EMULATED;
     return AMP_OK;
 }
-
-void amp_cpu_layer_free(amp_layer *al)
-{
-    cpu_layer *c = al ? cpu_layer_of(al) : NULL;
-    if (!c) return;
-    amp_onednn_conv_free(c);
-    amp_buffer *b[] = {&c->wq, &c->xq, &c->dq, &c->tmp, &c->gx};
-    for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) free(b[i]->data);
-    free(c);
-    al->bk = NULL;
-}

@@ -14,6 +14,7 @@
  */
 #include "core.h"
 #include "check.h"
+#include "nets.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -23,29 +24,9 @@
 
 static network *build(const char *cfg, amp_dtype dtype)
 {
-#ifdef GPU
-    gpu_index = -1;
-#endif
-    srand(11);
-    network *net = parse_network_cfg((char *)cfg);
-    setenv("DARKNET_AMP_CPU", dtype == AMP_DTYPE_FLOAT16 ? "emulate" : "auto", 1);
     amp_options o;
     amp_options_init(&o, dtype);
-    amp_scaler *s = NULL;
-    char err[512] = "";
-    if (amp_scaler_create(&o, &s, err, sizeof err) != AMP_OK ||
-        amp_attach(net, s, err, sizeof err) != AMP_OK) {
-        printf("FAIL: attach %s: %s\n", amp_dtype_name(dtype), err);
-        exit(1);
-    }
-    return net;
-}
-
-static void random_input(network *net, unsigned seed)
-{
-    srand(seed);
-    for (int i = 0; i < net->inputs * net->batch; ++i)
-        net->input[i] = (float)rand() / RAND_MAX * 2 - 1;
+    return test_attach(test_net(cfg, 0), &o, dtype == AMP_DTYPE_FLOAT16 ? "emulate" : "auto");
 }
 
 static size_t nweights(const layer *l)
@@ -67,9 +48,7 @@ int main(int argc, char **argv)
         const char *name = amp_dtype_name(dtypes[t]);
         network *net = build(argv[1], dtypes[t]);
         /* one training step with AMP */
-        random_input(net, 3);
-        memset(net->truth, 0, (size_t)net->truths * net->batch * sizeof(float));
-        for (int b = 0; b < net->batch; ++b) net->truth[(size_t)b * net->truths + b % net->truths] = 1;
+        test_inputs(net, 3, 1);
         train_network_datum(net);
         /* an update with no training pass before it */
         srand(5);
@@ -80,7 +59,7 @@ int main(int argc, char **argv)
                 l->weight_updates[k] = ((float)rand() / RAND_MAX * 2 - 1) * 40;
         }
         update_network(net);
-        random_input(net, 7);
+        test_inputs(net, 7, 0);
         net->train = 0;
         const size_t n = (size_t)net->outputs * net->batch;
         float *after = malloc(n * sizeof(float));
@@ -89,15 +68,14 @@ int main(int argc, char **argv)
 
         network *fresh = build(argv[1], dtypes[t]);
         load_weights(fresh, path);
-        random_input(fresh, 7);
+        test_inputs(fresh, 7, 0);
         fresh->train = 0;
         const float *ref = network_predict(fresh, fresh->input);
         double worst = 0, max = 0;
-        size_t differ = 0;
+        const size_t differ = test_ndiff(after, ref, n);
         for (size_t i = 0; i < n; ++i) {
             worst = fmax(worst, fabs((double)after[i] - ref[i]));
             max = fmax(max, fabs((double)ref[i]));
-            differ += memcmp(&after[i], &ref[i], sizeof(float)) != 0;
         }
         CHECK(differ == 0, "%s: prediction after an update with no training pass equals a "
                            "network loaded from the saved weights: %zu of %zu outputs differ, "

@@ -20,6 +20,7 @@
  */
 #include "backend.h"
 #include "check.h"
+#include "nets.h"
 #include "state_file.h"
 
 #include <stdio.h>
@@ -238,11 +239,7 @@ static const amp_backend_ops device_decided = {
 
 static network *build(const char *cfg, const amp_backend_ops *ops, long max_skips)
 {
-#ifdef GPU
-    gpu_index = -1;
-#endif
-    srand(11);
-    network *net = parse_network_cfg((char *)cfg);
+    network *net = test_net(cfg, 0);
     amp_options o;
     amp_options_init(&o, AMP_DTYPE_FLOAT32);
     o.max_skips = max_skips;
@@ -260,16 +257,6 @@ static network *build(const char *cfg, const amp_backend_ops *ops, long max_skip
     return net;
 }
 
-static void batch(network *net, unsigned seed)
-{
-    srand(seed);
-    for (int i = 0; i < net->inputs * net->batch; ++i)
-        net->input[i] = (float)rand() / RAND_MAX * 2 - 1;
-    memset(net->truth, 0, (size_t)net->truths * net->batch * sizeof(float));
-    for (int b = 0; b < net->batch; ++b)
-        net->truth[(size_t)b * net->truths + (size_t)rand() % net->truths] = 1;
-}
-
 /* Every parameter, concatenated. */
 static float *params_of(const amp_net *an)
 {
@@ -277,13 +264,6 @@ static float *params_of(const amp_net *an)
     for (int k = 0; k < an->ntensors; ++k)
         memcpy(p + an->tensors[k].offset, an->tensors[k].param, an->tensors[k].n * sizeof(float));
     return p;
-}
-
-static size_t differ(const float *a, const float *b, size_t n)
-{
-    size_t d = 0;
-    for (size_t i = 0; i < n; ++i) d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
-    return d;
 }
 
 static void steps(const char *cfg, const amp_backend_ops *ops)
@@ -297,7 +277,7 @@ static void steps(const char *cfg, const amp_backend_ops *ops)
     fake_net *f = fk(an);
     amp_scaler *s = an->scaler;
 
-    batch(net, 1);
+    test_inputs(net, 1, 1);
     train_network_datum(net);
     amp_net_sync(an, 1);
     CHECK(f->n_begin == 1 && f->n_unscale == 1 && f->n_scale_loss == 1 && f->n_restore == 0 &&
@@ -309,10 +289,10 @@ static void steps(const char *cfg, const amp_backend_ops *ops)
     const int t_before = *net->t;
     const unsigned long version = an->weights_version;
 
-    batch(net, 2); /* the NaN goes into layer 0's weight gradient */
+    test_inputs(net, 2, 1); /* the NaN goes into layer 0's weight gradient */
     train_network_datum(net);
     float *after = params_of(an);
-    size_t d = differ(before, after, an->nparams);
+    size_t d = test_ndiff(before, after, an->nparams);
     CHECK(d == 0, "%s: step 2 (NaN injected) left the parameters as they were: %zu of %zu "
                   "elements differ", kind, d, an->nparams);
     if (device) {
@@ -337,12 +317,12 @@ static void steps(const char *cfg, const amp_backend_ops *ops)
           "%s: weights_version after the skipped step %lu (was %lu; a device-decided step "
           "always moves it, the host does not know)", kind, an->weights_version, version);
 
-    batch(net, 3);
+    test_inputs(net, 3, 1);
     train_network_datum(net);
     amp_net_sync(an, 1);
     free(after);
     after = params_of(an);
-    d = differ(before, after, an->nparams);
+    d = test_ndiff(before, after, an->nparams);
     CHECK(d > an->nparams / 2 && !an->skipped,
           "%s: step 3 ran: %zu of %zu parameters changed", kind, d, an->nparams);
 
@@ -357,7 +337,7 @@ static void steps(const char *cfg, const amp_backend_ops *ops)
     update_network(net);
     free(after);
     after = params_of(an);
-    d = differ(before, after, an->nparams);
+    d = test_ndiff(before, after, an->nparams);
     CHECK(d > 0 && an->weights_version == v3 + 1 && an->phase == AMP_PHASE_IDLE,
           "%s: an update with no training pass ran (%zu elements moved) and moved "
           "weights_version (%lu -> %lu)", kind, d, v3, an->weights_version);
@@ -374,7 +354,7 @@ static void max_skips(const char *cfg, const amp_backend_ops *ops)
     unsetenv("DARKNET_AMP_INJECT");
     amp_net *an = amp_net_of(net);
     for (int k = 1; k <= 2; ++k) {
-        batch(net, k);
+        test_inputs(net, k, 1);
         train_network_datum(net);
     }
     amp_net_sync(an, 1);
@@ -382,7 +362,7 @@ static void max_skips(const char *cfg, const amp_backend_ops *ops)
               strstr(an->error, "layer 1"),
           "%s: amp_max_skips=2 reached: the network's error (status %d): %s", ops->name,
           (int)an->error_status, an->error);
-    batch(net, 3);
+    test_inputs(net, 3, 1);
     train_network_datum(net);
     amp_net_sync(an, 1);
     CHECK(an->error[0] == 0, "%s: a good step after it clears the stop (\"%s\")", ops->name,
@@ -398,7 +378,7 @@ static void load_in_flight(const char *cfg, const char *dir)
 {
     network *net = build(cfg, &device_decided, 0);
     amp_net *an = amp_net_of(net);
-    batch(net, 1);
+    test_inputs(net, 1, 1);
     train_network_datum(net); /* in flight now */
     char path[AMP_MSG_LEN], err[AMP_MSG_LEN];
     snprintf(path, sizeof path, "%s/loaded.weights", dir);

@@ -1,4 +1,4 @@
-/* The half layers' float32 batch-norm on the CPU (cpu_tail.c) in both its
+/* The half layers' float32 batch-norm on the CPU (plugin/cpu/tail.c) in both its
  * formulas, against the formulas written out in double precision:
  * - AMP_BN_DARKNET_CPU, darknet's forward_batchnorm_layer: unbiased variance,
  *   (x - mean) / (sqrt(var) + 1e-6);
@@ -7,7 +7,7 @@
  *   rolling variance fed the unbiased estimate; and its backward, the exact
  *   gradient of that forward (cudnnBatchNormalizationBackward).
  * The GPU half layers' tests compare against a CPU reference with the cuDNN
- * formula (gpu_half_test.c); this shows that reference is cuDNN's, and that
+ * formula (tests/parity/backend_parity.c); this shows that reference is cuDNN's, and that
  * darknet's CPU formula is not a usable stand-in: with 4 values per channel
  * the two normalised outputs differ by about 15%.
  *

@@ -21,6 +21,7 @@
  */
 #include "cpu.h"
 #include "check.h"
+#include "nets.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -31,30 +32,11 @@ enum { MODE_TRAIN, MODE_BATCH, MODE_RESIZE };
 
 static network *build(const char *cfg, int amp, amp_dtype dtype)
 {
-#ifdef GPU
-    gpu_index = -1; /* a CPU network, also in a CUDA build */
-#endif
-    srand(11);
-    network *net = parse_network_cfg((char *)cfg);
+    network *net = test_net(cfg, 0); /* a CPU network, also in a CUDA build */
     if (!amp) return net;
-    setenv("DARKNET_AMP_CPU", dtype == AMP_DTYPE_FLOAT16 ? "emulate" : "auto", 1);
     amp_options o;
     amp_options_init(&o, dtype);
-    amp_scaler *s = NULL;
-    char err[512] = "";
-    if (amp_scaler_create(&o, &s, err, sizeof err) != AMP_OK ||
-        amp_attach(net, s, err, sizeof err) != AMP_OK) {
-        printf("FAIL: attach %s: %s\n", amp_dtype_name(dtype), err);
-        exit(1);
-    }
-    return net;
-}
-
-static void fill_input(network *net, unsigned seed)
-{
-    srand(seed);
-    for (int i = 0; i < net->inputs * net->batch; ++i)
-        net->input[i] = (float)rand() / RAND_MAX * 2 - 1;
+    return test_attach(net, &o, dtype == AMP_DTYPE_FLOAT16 ? "emulate" : "auto");
 }
 
 static int finite_all(const float *x, size_t n)
@@ -93,7 +75,7 @@ static void one(const char *cfg, int mode, int amp, amp_dtype dtype)
         if (net->layers[i].batch_normalize && net->layers[i].rolling_variance)
             for (int k = 0; k < net->layers[i].out_c; ++k) net->layers[i].rolling_variance[k] = 1;
     net->train = 0;
-    fill_input(net, 3);
+    test_inputs(net, 3, 0);
     float *ref = malloc(nout * batch * sizeof(float));
     memcpy(ref, network_predict(net, net->input), nout * batch * sizeof(float));
     CHECK(finite_all(ref, nout * batch), "%s: batch %d inference finite (largest |output| %g)", name,
@@ -114,12 +96,12 @@ static void one(const char *cfg, int mode, int amp, amp_dtype dtype)
 
     if (mode == MODE_RESIZE) {
         resize_network(net, 28, 26);
-        fill_input(net, 4);
+        test_inputs(net, 4, 0);
         float *out = network_predict(net, net->input);
         CHECK(net->w == 28 && net->h == 26 && finite_all(out, (size_t)net->outputs * batch),
               "%s: resize_network to 28x26: %d outputs per image, finite", name, net->outputs);
         resize_network(net, w, h);
-        fill_input(net, 3);
+        test_inputs(net, 3, 0);
         out = network_predict(net, net->input);
         d = rel_max_diff(ref, out, nout * batch);
         CHECK(net->outputs == (int)nout && d == 0,
@@ -128,11 +110,8 @@ static void one(const char *cfg, int mode, int amp, amp_dtype dtype)
     }
 
     net->train = 1;
-    fill_input(net, 5);
+    test_inputs(net, 5, 1);
     layer *last = &net->layers[net->n - 1];
-    memset(net->truth, 0, (size_t)net->truths * batch * sizeof(float));
-    for (int b = 0; b < batch; ++b) /* a one-hot label per image for softmax/cost layers */
-        net->truth[(size_t)b * net->truths + (size_t)b % net->truths] = 1;
     int cost = 0;
     for (int i = 0; i < net->n; ++i) cost |= net->layers[i].cost != NULL;
     float loss = train_network_datum(net);

@@ -1,4 +1,4 @@
-/* The plugin's threaded max-pooling (plugin/cpu_maxpool.c) against darknet's
+/* The plugin's threaded max-pooling (plugin/cpu/maxpool.c) against darknet's
  * own forward_maxpool_layer/backward_maxpool_layer, bit for bit: outputs,
  * the index of each window's maximum, and the gradient added into net.delta.
  *

@@ -15,6 +15,7 @@
  */
 #include "core.h"
 #include "check.h"
+#include "nets.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,43 +28,13 @@
 
 static network *build(const char *cfg, int gpu, int amp)
 {
-#ifdef GPU
-    gpu_index = gpu ? 0 : -1;
-#else
-    (void)gpu;
-#endif
-    srand(11);
-    network *net = parse_network_cfg((char *)cfg);
+    network *net = test_net(cfg, gpu);
     if (!amp) return net;
     amp_options o;
     amp_options_init(&o, AMP_DTYPE_FLOAT32);
     o.dynamic = 0;
     o.init_scale = 65536; /* a power of two: scaling and unscaling are exact */
-    amp_scaler *s = NULL;
-    char err[512] = "";
-    if (amp_scaler_create(&o, &s, err, sizeof err) != AMP_OK ||
-        amp_attach(net, s, err, sizeof err) != AMP_OK) {
-        printf("FAIL: attach: %s\n", err);
-        exit(1);
-    }
-    return net;
-}
-
-static void batch(network *net, unsigned seed)
-{
-    srand(seed);
-    for (int i = 0; i < net->inputs * net->batch; ++i)
-        net->input[i] = (float)rand() / RAND_MAX * 2 - 1;
-    memset(net->truth, 0, (size_t)net->truths * net->batch * sizeof(float));
-    for (int b = 0; b < net->batch; ++b)
-        net->truth[(size_t)b * net->truths + (size_t)rand() % net->truths] = 1;
-}
-
-static size_t ndiff(const float *x, const float *y, size_t n)
-{
-    size_t d = 0;
-    for (size_t i = 0; i < n; ++i) d += memcmp(&x[i], &y[i], sizeof(float)) != 0;
-    return d;
+    return test_attach(net, &o, NULL);
 }
 
 /* Elements of the parameters of a and b (pulled from the device) that differ. */
@@ -89,10 +60,10 @@ static size_t differing(network *a, network *b, size_t *total)
             }
 #endif
             const size_t nw = (size_t)x->inputs * x->outputs, nb = (size_t)x->outputs;
-            bad += ndiff(x->weights, y->weights, nw) + ndiff(x->biases, y->biases, nb);
+            bad += test_ndiff(x->weights, y->weights, nw) + test_ndiff(x->biases, y->biases, nb);
             *total += nw + nb;
             if (x->batch_normalize) {
-                bad += ndiff(x->scales, y->scales, nb);
+                bad += test_ndiff(x->scales, y->scales, nb);
                 *total += nb;
             }
         }
@@ -125,8 +96,8 @@ int main(int argc, char **argv)
     int same_loss = 0;
     const int steps = 6;
     for (int step = 1; step <= steps; ++step) {
-        batch(ref, 100 + step);
-        batch(amp, 100 + step);
+        test_inputs(ref, 100 + step, 1);
+        test_inputs(amp, 100 + step, 1);
         float lr = train_network_datum(ref), la = train_network_datum(amp);
         same_loss += memcmp(&lr, &la, sizeof lr) == 0;
         printf("step %d: loss %.9g (darknet) %.9g (AMP float32, scale 65536)\n", step, lr, la);

@@ -24,7 +24,7 @@
  * "time ITER SECONDS CALLS MIB": the seconds train_network took, data loading
  * excluded (on a GPU network, until the device finished the step: the driver
  * then synchronises once, after reading the count); the blocking CUDA calls it
- * made, when the counting shim tests/plugin/sync_count_shim.c is preloaded
+ * made, when the counting shim tests/cuda/sync_count_shim.c is preloaded
  * (else -1); the device memory in use (cudaMemGetInfo, the whole device; -1
  * on the CPU). The other lines are unchanged.
  */

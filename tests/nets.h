@@ -1,0 +1,63 @@
+/* What the C tests of networks share: a network built from a cfg with a fixed
+ * seed (the same initial weights every time), AMP attached with a scaler of
+ * the given options, random inputs with one-hot labels, bitwise comparison. */
+#ifndef DARKNET_AMP_TEST_NETS_H
+#define DARKNET_AMP_TEST_NETS_H
+
+#include "darknet.h"
+#include "darknet_amp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* CFG's network with srand(11) before it is built; on GPU 0 (gpu) or the CPU
+ * (also in a CUDA build). */
+static inline network *test_net(const char *cfg, int gpu)
+{
+#ifdef GPU
+    gpu_index = gpu ? 0 : -1;
+#else
+    (void)gpu;
+#endif
+    srand(11);
+    return parse_network_cfg((char *)cfg);
+}
+
+/* Attaches AMP with a scaler of options o; DARKNET_AMP_CPU=cpu_path when not
+ * NULL. A failure ends the test. */
+static inline network *test_attach(network *net, const amp_options *o, const char *cpu_path)
+{
+    if (cpu_path) setenv("DARKNET_AMP_CPU", cpu_path, 1);
+    amp_scaler *s = NULL;
+    char err[512] = "";
+    if (amp_scaler_create(o, &s, err, sizeof err) != AMP_OK ||
+        amp_attach(net, s, err, sizeof err) != AMP_OK) {
+        printf("FAIL: attach (%s): %s\n", amp_dtype_name(o->dtype), err);
+        exit(1);
+    }
+    return net;
+}
+
+/* Inputs uniform in [-1, 1] from srand(seed); with labels, one random class
+ * per image (softmax and cost layers). */
+static inline void test_inputs(network *net, unsigned seed, int labels)
+{
+    srand(seed);
+    for (int i = 0; i < net->inputs * net->batch; ++i)
+        net->input[i] = (float)rand() / RAND_MAX * 2 - 1;
+    if (!labels) return;
+    memset(net->truth, 0, (size_t)net->truths * net->batch * sizeof(float));
+    for (int b = 0; b < net->batch; ++b)
+        net->truth[(size_t)b * net->truths + (size_t)rand() % net->truths] = 1;
+}
+
+/* Elements of x and y that are not the same bits. */
+static inline size_t test_ndiff(const float *x, const float *y, size_t n)
+{
+    size_t d = 0;
+    for (size_t i = 0; i < n; ++i) d += memcmp(&x[i], &y[i], sizeof(float)) != 0;
+    return d;
+}
+
+#endif

@@ -129,7 +129,6 @@ typedef struct parsed {
 
 /* ---- Messages ---- */
 
-
 typedef struct text {
     char s[128];
 } text;
@@ -370,7 +369,7 @@ static amp_status read_net_keys(list *l, const char *where, parsed *v, char *err
         if (!p || !p->key) continue;
         id = find_key(p->key);
         if (id < 0) {
-            char known[256];
+            char known[AMP_MSG_LEN / 2];
             const char *guess;
             text key, val;
             if (!looks_like_amp_key(p->key)) continue;
@@ -465,7 +464,7 @@ static amp_status combine(const parsed *v, const char *where, amp_dtype default_
 amp_status amp_options_parse_net(list *net_options, const char *cfgfile, amp_dtype default_dtype,
                                  int *enabled, amp_options *o, char *err, size_t errlen)
 {
-    char where[512];
+    char where[AMP_MSG_LEN];
     parsed v;
     amp_options result;
     amp_status st;
@@ -497,7 +496,7 @@ amp_status amp_options_parse_net(list *net_options, const char *cfgfile, amp_dty
 amp_status amp_options_parse_layer(list *layer_options, const char *cfgfile, int index,
                                    const char *type, int *half_allowed, char *err, size_t errlen)
 {
-    char where[512];
+    char where[AMP_MSG_LEN];
     const kvp *amp = NULL;
     parsed v;
     node *n;

@@ -1,6 +1,7 @@
-/* The core's training step (plugin/step.c, scaler.c) on a fake backend: no
- * oneDNN, no GPU, only the backend table (backend.h) over darknet's host
- * arrays, in its two kinds:
+/* The core's training step (plugin/step.c, scaler.c) on a fake backend: the
+ * core's objects alone, linked without the CPU and CUDA backends (no oneDNN,
+ * no GPU), the backend table (backend.h) over darknet's host arrays, in its
+ * two kinds:
  * - host-decided, as the CPU backend: the step is decided at once;
  * - device-decided, as the CUDA backend: a "device" (a struct here) decides,
  *   darknet's updates all run, a skipped step is undone at step_end and its
@@ -234,6 +235,14 @@ static const amp_backend_ops device_decided = {
     .rescale = rescale, .unscale = unscale, .decide = decide, .step_end = step_end,
     .sync = sync, .push_state = push_state, .end_mid_batch = end_mid_batch, .poke = poke,
 };
+
+/* The registry (plugin/backends.c) is left out of this test's build: its
+ * own says that every network runs on the fake backend. */
+const amp_backend_ops *amp_backend_for(const network *net)
+{
+    (void)net;
+    return &host_decided;
+}
 
 /* ---- the test ---- */
 

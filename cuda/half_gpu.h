@@ -46,20 +46,7 @@ typedef struct amp_gpu_half_ctx {
     amp_gpu_scratch t;   /* float32: a deconvolution's incoming gradient, rounded to half */
 } amp_gpu_half_ctx;
 
-struct amp_cudnn_conv; /* A layer callback (darknet's void forward/backward) NAME that runs BODY, a
- * static amp_status BODY(amp_layer *, layer, network, char *err, size_t): a
- * failure becomes the network's error, which stops training; after one, the
- * layers do nothing. */
-#define AMP_GPU_LAYER_CALLBACK(name, body)                                                        \
-    void name(layer l, network net)                                                               \
-    {                                                                                             \
-        amp_layer *al = l.hook_data;                                                              \
-        char err[AMP_MSG_LEN];                                                                    \
-        if (al->owner->error[0]) return;                                                          \
-        AMP_NET_RETURN_IF_ERROR(al->owner, body(al, l, net, err, sizeof err), err);               \
-    }
-
-/* half_conv.c */
+struct amp_cudnn_conv; /* half_conv.c */
 
 /* A layer's record (amp_layer.bk). */
 typedef struct amp_gpu_half {

@@ -11,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef GPU
+#include <cuda_runtime_api.h>
+#endif
+
 /* CFG's network with srand(11) before it is built; on GPU 0 (gpu) or the CPU
  * (also in a CUDA build). */
 static inline network *test_net(const char *cfg, int gpu)
@@ -50,6 +54,24 @@ static inline void test_inputs(network *net, unsigned seed, int labels)
     memset(net->truth, 0, (size_t)net->truths * net->batch * sizeof(float));
     for (int b = 0; b < net->batch; ++b)
         net->truth[(size_t)b * net->truths + (size_t)rand() % net->truths] = 1;
+}
+
+/* 1 where GPU 0 can run a test (a CUDA build with a device, selected), else
+ * 0 after printing why the test is skipped. */
+static inline int test_gpu_available(void)
+{
+#ifndef GPU
+    printf("SKIP: a CPU build\n");
+    return 0;
+#else
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        printf("SKIP: no CUDA device\n");
+        return 0;
+    }
+    cuda_set_device(0);
+    return 1;
+#endif
 }
 
 /* Elements of x and y that are not the same bits. */

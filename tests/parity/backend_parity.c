@@ -79,6 +79,7 @@
 #include "core.h"
 #include "cpu.h"   /* amp_bn_formula */
 #include "check.h"
+#include "nets.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -430,22 +431,16 @@ static int onednn(const char *cfg, int expect, int resize)
  * against the CPU emulation with cuDNN's batch-norm formula. */
 static int gpu(const char *cfg, int cpu_reference, int resize)
 {
+    if (!test_gpu_available()) return 77;
 #ifndef GPU
     (void)cfg, (void)cpu_reference, (void)resize;
-    printf("SKIP: a CPU build (no GPU half layers)\n");
     return 77;
 #else
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
-        printf("SKIP: no CUDA device\n");
-        return 77;
-    }
     struct cudaDeviceProp p;
     if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
         printf("SKIP: cannot query GPU 0\n");
         return 77;
     }
-    cuda_set_device(0);
     const amp_dtype dtypes[] = {AMP_DTYPE_FLOAT16, AMP_DTYPE_BFLOAT16};
     for (int t = 0; t < 2; ++t) {
         const amp_dtype dt = dtypes[t];

@@ -23,7 +23,6 @@
 
 #ifdef GPU
 #include "connected_layer.h" /* pull_connected_layer */
-#include <cuda_runtime_api.h>
 #endif
 
 static network *build(const char *cfg, int gpu, int amp)
@@ -79,19 +78,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: f32_parity_test [--gpu] CFG\n");
         return 2;
     }
-    if (gpu) {
-#ifndef GPU
-        printf("SKIP: a CPU build\n");
-        return 77;
-#else
-        int ndev = 0;
-        if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
-            printf("SKIP: no CUDA device\n");
-            return 77;
-        }
-        cuda_set_device(0);
-#endif
-    }
+    if (gpu && !test_gpu_available()) return 77;
     network *ref = build(cfg, gpu, 0), *amp = build(cfg, gpu, 1);
     int same_loss = 0;
     const int steps = 6;

@@ -96,16 +96,21 @@ amp_status amp_save_state(const network *net, const char *weights, char *err, si
     AMP_RETURN_ERROR_IF(!an || !weights, AMP_ERR_INVALID, err, errlen, "amp_save_state: %s",
                         an ? "NULL path" : "AMP is not attached");
     amp_net_sync(an, 1); /* the scale may live on a device */
-    return amp_state_file_write(weights, an->scaler->opt.dtype, &an->scaler->state, err, errlen);
+    /* Bound to the weights as they are on disk now (none when there is no
+     * file yet: such a state loads beside any weights). */
+    amp_weights_id id;
+    AMP_FORWARD_IF_ERROR(amp_weights_identify(weights, &id, err, errlen));
+    return amp_state_file_write(weights, an->scaler->opt.dtype, &an->scaler->state, &id, err,
+                                errlen);
 }
 
-amp_status amp_load_state(network *net, const char *weights, int *found, char *err,
-                          size_t errlen)
+/* amp_load_state; *stale set when a state file was there but belongs to
+ * other weights (the scaler then starts afresh). */
+static amp_status load_state(network *net, const char *weights, int *found, int *stale, char *err,
+                             size_t errlen)
 {
     amp_net *an = amp_net_of(net);
-    int dummy;
-    if (!found) found = &dummy;
-    *found = 0;
+    *found = *stale = 0;
     AMP_RETURN_ERROR_IF(!an || !weights, AMP_ERR_INVALID, err, errlen, "amp_load_state: %s",
                         an ? "NULL path" : "AMP is not attached");
     /* Settle a device's last step first: its outcome still in flight would
@@ -113,7 +118,8 @@ amp_status amp_load_state(network *net, const char *weights, int *found, char *e
     amp_net_sync(an, 1);
     amp_dtype dtype;
     amp_scale_state st;
-    amp_status r = amp_state_file_read(weights, &dtype, &st, found, err, errlen);
+    amp_weights_id saved_with;
+    amp_status r = amp_state_file_read(weights, &dtype, &st, &saved_with, found, err, errlen);
     if (r != AMP_OK || !*found) return r;
     if (dtype != an->scaler->opt.dtype) {
         *found = 0;
@@ -123,10 +129,39 @@ amp_status amp_load_state(network *net, const char *weights, int *found, char *e
                          weights, amp_dtype_name(dtype), an->cfgfile,
                          amp_dtype_name(an->scaler->opt.dtype));
     }
+    if (saved_with.bound) {
+        amp_weights_id now;
+        AMP_FORWARD_IF_ERROR(amp_weights_identify(weights, &now, err, errlen));
+        if (!amp_weights_same(&saved_with, &now)) {
+            char was[96], is[96];
+            amp_weights_describe(&saved_with, was, sizeof was);
+            amp_weights_describe(&now, is, sizeof is);
+            *found = 0;
+            *stale = 1;
+            /* The weights are good; only the scale history is lost. */
+            amp_scale_state_init(&an->scaler->state, &an->scaler->params,
+                                 an->scaler->opt.init_scale);
+            if (an->ops->push_state) an->ops->push_state(an);
+            fprintf(stderr,
+                    "amp: %s.amp belongs to other weights (saved with %s; %s has %s), as a crash "
+                    "between saving the weights and their state leaves it: starting with a fresh "
+                    "scaler from %s (scale %g); the next save writes a matching state file\n",
+                    weights, was, weights, is, an->cfgfile[0] ? an->cfgfile : "the cfg",
+                    an->scaler->state.scale);
+            return AMP_OK;
+        }
+    }
     amp_scale_state_fit(&st, &an->scaler->opt);
     an->scaler->state = st;
     if (an->ops->push_state) an->ops->push_state(an);
     return AMP_OK;
+}
+
+amp_status amp_load_state(network *net, const char *weights, int *found, char *err,
+                          size_t errlen)
+{
+    int dummy, stale;
+    return load_state(net, weights, found ? found : &dummy, &stale, err, errlen);
 }
 
 static void on_weights_saved(void *ctx, network *net, const char *filename)
@@ -140,12 +175,13 @@ static void on_weights_saved(void *ctx, network *net, const char *filename)
 static int on_weights_loaded(void *ctx, network *net, const char *filename, char *err,
                              size_t errlen)
 {
-    int found = 0;
+    int found = 0, stale = 0;
     (void)ctx;
     amp_net *an = amp_net_of(net);
     if (!an) return 0;
     an->weights_version += 1; /* half weight copies are stale */
-    if (amp_load_state(net, filename, &found, err, errlen) != AMP_OK) return 1;
+    if (load_state(net, filename, &found, &stale, err, errlen) != AMP_OK) return 1;
+    if (stale) return 0; /* said */
     if (found)
         fprintf(stderr, "amp: resumed the scaler from %s.amp: scale %g, %llu steps, %llu skipped\n",
                 filename, an->scaler->state.scale, an->scaler->state.steps,

@@ -1,13 +1,13 @@
 /* The scaler's state sidecar, <weights>.amp.
  *
- * Format, version 1: 64 bytes, every integer little-endian whatever the host,
+ * Format, version 2: 88 bytes, every integer little-endian whatever the host,
  * written and read field by field with explicit shifts, so the file does not
  * depend on the host's struct layout, padding or byte order.
  *
  *   offset size field
  *        0    8 magic "DNAMPST\0"
- *        8    4 u32 format version (1)
- *       12    4 u32 payload length (44)
+ *        8    4 u32 format version (2)
+ *       12    4 u32 payload length (68)
  *       16    4 u32 dtype (amp_dtype: 0 float32, 1 float16, 2 bfloat16)
  *       20    4 f32 scale, its IEEE 754 binary32 bits as a u32
  *       24    8 i64 growth_tracker (two's complement)
@@ -15,21 +15,31 @@
  *       36    8 i64 consecutive_skips
  *       44    8 u64 steps
  *       52    8 u64 skips
- *       60    4 u32 CRC-32 (IEEE 802.3: reflected polynomial 0xEDB88320,
- *                   initial value and final xor 0xFFFFFFFF) of bytes 0..59
+ *       60    4 u32 bound: 1 when the next three fields identify the weights
+ *                   file the state was saved with, 0 (and zeros) when none
+ *       64    8 u64 the weights' seen (darknet's header)
+ *       72    8 u64 the weights file's size in bytes
+ *       80    4 u32 CRC-32 of the weights file's bytes
+ *       84    4 u32 CRC-32 (IEEE 802.3: reflected polynomial 0xEDB88320,
+ *                   initial value and final xor 0xFFFFFFFF) of bytes 0..83
  *
- * The reader accepts a file only if it is exactly 64 bytes, the magic,
+ * Version 1 is version 2's first 60 bytes with its own CRC-32 at 60 (64
+ * bytes, payload length 44, no weights named); it is still read.
+ *
+ * The reader accepts a file only if its size is its version's, the magic,
  * version, payload length and CRC match, and the values are in range: scale
  * finite and > 0, a known dtype, growth_tracker, hysteresis_left and
- * consecutive_skips >= 0, skips <= steps. A later version may have another
- * length: the version is checked before the size, so the message says which.
+ * consecutive_skips >= 0, skips <= steps, bound 0 or 1 (0 with zeros). A
+ * later version may have another length: the version is checked before the
+ * size, so the message says which.
  *
  * Saving is atomic: a temporary file "<weights>.amp.tmp.<pid>.<n>" in the same
  * directory (rename() is atomic only within one file system) is written,
  * fsync'ed and closed, then rename()d over the sidecar, and the directory is
  * fsync'ed so that the rename itself survives a power cut. A crash leaves the
  * old sidecar or the new one, whole, plus possibly a stray temporary file,
- * which the reader never looks at.
+ * which the reader never looks at. The weights file and its sidecar are two
+ * renames: the binding tells a reader when a crash fell between them.
  *
  * Test aid: DARKNET_AMP_TEST_CRASH_IN_SAVE=1 in the environment makes
  * amp_state_file_write write the first half of the temporary file and then
@@ -52,13 +62,17 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
+#include <zlib.h> /* crc32 */
 
 #define SF_MAGIC "DNAMPST" /* with its NUL: 8 bytes */
 #define SF_MAGIC_SIZE 8
 #define SF_HEADER_SIZE 16
-#define SF_PAYLOAD_SIZE 44
+#define SF_V1_PAYLOAD_SIZE 44
+#define SF_V1_FILE_SIZE (SF_HEADER_SIZE + SF_V1_PAYLOAD_SIZE + 4)
+#define SF_PAYLOAD_SIZE 68
 #define SF_CRC_OFFSET (SF_HEADER_SIZE + SF_PAYLOAD_SIZE)
 #define SF_FILE_SIZE (SF_CRC_OFFSET + 4)
+#define SF_BOUND_OFFSET 60
 /* Linux's PATH_MAX; open() refuses longer paths anyway. */
 #define SF_PATH_MAX 4096
 /* Temporary names carry the pid; a few more tries cover a stale file left by
@@ -74,17 +88,17 @@ typedef char sf_float_is_binary32[sizeof(float) == 4 ? 1 : -1];
 #endif
 
 
-/* Bitwise CRC-32: the file is 60 bytes, so a table buys nothing. */
+/* CRC-32 (IEEE 802.3), zlib's: the state file's own and the weights'. */
 static uint32_t sf_crc32(const unsigned char *p, size_t n)
 {
-    uint32_t c = 0xFFFFFFFFu;
-    size_t i;
-    int k;
-    for (i = 0; i < n; i++) {
-        c ^= p[i];
-        for (k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+    uLong c = crc32(0L, Z_NULL, 0);
+    while (n > 0) { /* zlib takes a uInt length */
+        const uInt k = n > 0x40000000u ? 0x40000000u : (uInt)n;
+        c = crc32(c, p, k);
+        p += k;
+        n -= k;
     }
-    return c ^ 0xFFFFFFFFu;
+    return (uint32_t)c;
 }
 
 static void put_u32(unsigned char *p, uint32_t v)
@@ -132,6 +146,9 @@ typedef struct sf_values {
     int32_t hysteresis_left;
     int64_t consecutive_skips;
     uint64_t steps, skips;
+    uint32_t bound;                 /* the weights: */
+    uint64_t seen, size;
+    uint32_t crc;
 } sf_values;
 
 /* 0 when v is a state the scaler can run from; otherwise -1 and why. Shared by
@@ -165,8 +182,94 @@ static int check_values(const sf_values *v, char *why, size_t n)
         return -1;
     }
 #endif
+    if (v->bound > 1 || (!v->bound && (v->seen || v->size || v->crc))) {
+        snprintf(why, n, "bound is %" PRIu32 " with weights seen %" PRIu64 ", size %" PRIu64
+                         ", CRC-32 0x%08" PRIx32 " (expected 1, or 0 with zeros)",
+                 v->bound, v->seen, v->size, v->crc);
+        return -1;
+    }
     const amp_scale_state st = to_state(v);
     return amp_scale_state_invalid(&st, why, n) ? -1 : 0;
+}
+
+/* ---- the weights a state belongs to ---- */
+
+int amp_weights_same(const amp_weights_id *a, const amp_weights_id *b)
+{
+    return a->bound && b->bound && a->seen == b->seen && a->size == b->size && a->crc == b->crc;
+}
+
+void amp_weights_describe(const amp_weights_id *id, char *out, size_t size)
+{
+    if (!id->bound)
+        snprintf(out, size, "no weights");
+    else
+        snprintf(out, size, "seen %llu, %llu bytes, CRC-32 0x%08lx", id->seen, id->size, id->crc);
+}
+
+amp_status amp_weights_identify(const char *weights, amp_weights_id *id, char *err, size_t errlen)
+{
+    static const size_t chunk = 1 << 20;
+    memset(id, 0, sizeof *id);
+    if (err && errlen) err[0] = '\0';
+    int fd = open(weights, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return AMP_OK;
+        AMP_RETURN_ERROR(AMP_ERR_IO, err, errlen, "weights file %s: cannot open: %s", weights,
+                         strerror(errno));
+    }
+    unsigned char *buf = malloc(chunk);
+    if (!buf) {
+        close(fd);
+        AMP_RETURN_ERROR(AMP_ERR_NOMEM, err, errlen, "weights file %s: out of memory", weights);
+    }
+    /* darknet's header: major, minor, revision as ints, then seen as a size_t
+     * from version 0.2 on (an int before), in the host's byte order. */
+    int head[3] = {0, 0, 0};
+    uLong crc = crc32(0L, Z_NULL, 0);
+    unsigned long long size = 0;
+    unsigned char first[3 * sizeof(int) + sizeof(size_t)];
+    size_t nfirst = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf, chunk);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            const int e = errno;
+            free(buf);
+            close(fd);
+            AMP_RETURN_ERROR(AMP_ERR_IO, err, errlen, "weights file %s: cannot read: %s", weights,
+                             strerror(e));
+        }
+        if (r == 0) break;
+        if (nfirst < sizeof first) {
+            size_t k = sizeof first - nfirst < (size_t)r ? sizeof first - nfirst : (size_t)r;
+            memcpy(first + nfirst, buf, k);
+            nfirst += k;
+        }
+        crc = crc32(crc, buf, (uInt)r);
+        size += (unsigned long long)r;
+    }
+    free(buf);
+    close(fd);
+    memcpy(head, first, sizeof head);
+    const int long_seen = head[0] * 10 + head[1] >= 2 && head[0] < 1000 && head[1] < 1000;
+    const size_t need = sizeof head + (long_seen ? sizeof(size_t) : sizeof(int));
+    AMP_RETURN_ERROR_IF(nfirst < need, AMP_ERR_FORMAT, err, errlen,
+                        "weights file %s: %llu bytes, shorter than darknet's %zu-byte header",
+                        weights, size, need);
+    if (long_seen) {
+        size_t seen;
+        memcpy(&seen, first + sizeof head, sizeof seen);
+        id->seen = seen;
+    } else {
+        int seen;
+        memcpy(&seen, first + sizeof head, sizeof seen);
+        id->seen = (unsigned long long)(unsigned)seen;
+    }
+    id->bound = 1;
+    id->size = size;
+    id->crc = (unsigned long)crc;
+    return AMP_OK;
 }
 
 int amp_state_file_path(const char *weights, char *out, size_t size)
@@ -230,7 +333,7 @@ static amp_status sync_dir(const char *sidecar, char *err, size_t errlen)
 }
 
 amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_scale_state *s,
-                                char *err, size_t errlen)
+                                const amp_weights_id *id, char *err, size_t errlen)
 {
     char path[SF_PATH_MAX], tmp[SF_PATH_MAX], why[160];
     unsigned char buf[SF_FILE_SIZE];
@@ -263,6 +366,10 @@ amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_
     v.consecutive_skips = s->consecutive_skips;
     v.steps = s->steps;
     v.skips = s->skips;
+    v.bound = id && id->bound;
+    v.seen = v.bound ? id->seen : 0;
+    v.size = v.bound ? id->size : 0;
+    v.crc = v.bound ? (uint32_t)id->crc : 0;
     if (check_values(&v, why, sizeof why) != 0) {
         amp_errorf(err, errlen, "state file %s: refusing to save: %s", path, why);
         return AMP_ERR_INVALID;
@@ -278,6 +385,10 @@ amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_
     put_u64(buf + 36, (uint64_t)v.consecutive_skips);
     put_u64(buf + 44, v.steps);
     put_u64(buf + 52, v.skips);
+    put_u32(buf + SF_BOUND_OFFSET, v.bound);
+    put_u64(buf + 64, v.seen);
+    put_u64(buf + 72, v.size);
+    put_u32(buf + 80, v.crc);
     put_u32(buf + SF_CRC_OFFSET, sf_crc32(buf, SF_CRC_OFFSET));
 
     for (attempt = 0; attempt < SF_TMP_TRIES; attempt++) {
@@ -344,7 +455,7 @@ amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_
 }
 
 amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_state *s,
-                               int *found, char *err, size_t errlen)
+                               amp_weights_id *id, int *found, char *err, size_t errlen)
 {
     char path[SF_PATH_MAX], why[160];
     /* One byte more than a file may have, to see trailing bytes. */
@@ -396,30 +507,32 @@ amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_
         return AMP_ERR_FORMAT;
     }
     version = get_u32(buf + 8);
-    if (version != AMP_STATE_FORMAT_VERSION) {
+    if (version != 1 && version != AMP_STATE_FORMAT_VERSION) {
         amp_errorf(err, errlen,
-                "state file %s: format version %" PRIu32 ", this build reads version %d", path,
-                version, AMP_STATE_FORMAT_VERSION);
+                "state file %s: format version %" PRIu32 ", this build reads versions 1 and %d",
+                path, version, AMP_STATE_FORMAT_VERSION);
         return AMP_ERR_FORMAT;
     }
+    const size_t want_payload = version == 1 ? SF_V1_PAYLOAD_SIZE : SF_PAYLOAD_SIZE;
+    const size_t want_size = SF_HEADER_SIZE + want_payload + 4, crc_at = want_size - 4;
     length = get_u32(buf + 12);
-    if (length != SF_PAYLOAD_SIZE) {
-        amp_errorf(err, errlen, "state file %s: payload length %" PRIu32 ", version %d has %d", path,
-                length, AMP_STATE_FORMAT_VERSION, SF_PAYLOAD_SIZE);
+    if (length != want_payload) {
+        amp_errorf(err, errlen, "state file %s: payload length %" PRIu32 ", version %" PRIu32
+                " has %zu", path, length, version, want_payload);
         return AMP_ERR_FORMAT;
     }
-    if (n < SF_FILE_SIZE) {
-        amp_errorf(err, errlen, "state file %s: truncated: %zu bytes, expected %d", path, n,
-                SF_FILE_SIZE);
+    if (n < want_size) {
+        amp_errorf(err, errlen, "state file %s: truncated: %zu bytes, expected %zu", path, n,
+                want_size);
         return AMP_ERR_FORMAT;
     }
-    if (n > SF_FILE_SIZE) {
-        amp_errorf(err, errlen, "state file %s: trailing bytes after the %d the format defines", path,
-                SF_FILE_SIZE);
+    if (n > want_size) {
+        amp_errorf(err, errlen, "state file %s: trailing bytes after the %zu version %" PRIu32
+                " defines", path, want_size, version);
         return AMP_ERR_FORMAT;
     }
-    stored = get_u32(buf + SF_CRC_OFFSET);
-    computed = sf_crc32(buf, SF_CRC_OFFSET);
+    stored = get_u32(buf + crc_at);
+    computed = sf_crc32(buf, crc_at);
     if (stored != computed) {
         amp_errorf(err, errlen, "state file %s: checksum mismatch (stored 0x%08" PRIx32
                 ", computed 0x%08" PRIx32 ")", path, stored, computed);
@@ -433,6 +546,10 @@ amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_
     v.consecutive_skips = i64_from_u64(get_u64(buf + 36));
     v.steps = get_u64(buf + 44);
     v.skips = get_u64(buf + 52);
+    v.bound = version == 1 ? 0 : get_u32(buf + SF_BOUND_OFFSET);
+    v.seen = version == 1 ? 0 : get_u64(buf + 64);
+    v.size = version == 1 ? 0 : get_u64(buf + 72);
+    v.crc = version == 1 ? 0 : get_u32(buf + 80);
     if (check_values(&v, why, sizeof why) != 0) {
         amp_errorf(err, errlen, "state file %s: %s", path, why);
         return AMP_ERR_FORMAT;
@@ -440,6 +557,12 @@ amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_
 
     *dtype = (amp_dtype)v.dtype;
     *s = to_state(&v);
+    if (id) {
+        id->bound = (int)v.bound;
+        id->seen = v.seen;
+        id->size = v.size;
+        id->crc = v.crc;
+    }
     *found = 1;
     return AMP_OK;
 }

@@ -11,9 +11,32 @@
 #include "darknet_amp.h" /* amp_status, amp_dtype */
 #include "scale_rule.h"  /* amp_scale_state */
 
-#define AMP_STATE_FORMAT_VERSION 1
+#define AMP_STATE_FORMAT_VERSION 2
 
-/* Writes <weights>.amp atomically: a temporary file in the same directory,
+/* What identifies a weights file: darknet's seen from its header, its size
+ * and the CRC-32 of its bytes. A state file records its weights' identity;
+ * bound 0 means it names none (a version 1 file, or a state saved where no
+ * weights file was). */
+typedef struct amp_weights_id {
+    int bound;
+    unsigned long long seen;
+    unsigned long long size;
+    unsigned long crc;
+} amp_weights_id;
+
+/* Identifies the weights file at path: AMP_OK with id->bound 1; a missing
+ * file is AMP_OK with id->bound 0; a file that cannot be read, or is shorter
+ * than darknet's header, is AMP_ERR_IO or AMP_ERR_FORMAT naming it. */
+amp_status amp_weights_identify(const char *weights, amp_weights_id *id, char *err, size_t errlen);
+
+/* 1 when two identities name the same weights (both bound, all equal). */
+int amp_weights_same(const amp_weights_id *a, const amp_weights_id *b);
+
+/* "seen 1200, 8712628 bytes, CRC-32 0x1a2b3c4d" (or "no weights") into out. */
+void amp_weights_describe(const amp_weights_id *id, char *out, size_t size);
+
+/* Writes <weights>.amp (version 2, bound to the weights id names; id NULL or
+ * unbound: bound to none) atomically: a temporary file in the same directory,
  * written, flushed, fsync'ed, then rename()d over the old one (and the
  * directory fsync'ed), so a crash at any point leaves either the old or the
  * new file, whole. A state the reader would refuse (scale not finite or <= 0,
@@ -24,16 +47,17 @@
  * process writes the first half of the temporary file and then kills itself
  * with SIGKILL (see docs/state-file.md). */
 amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_scale_state *s,
-                                char *err, size_t errlen);
+                                const amp_weights_id *id, char *err, size_t errlen);
 
 /* Reads <weights>.amp. Missing: AMP_OK with *found = 0, *s untouched.
  * Otherwise the whole file is read and validated before *dtype and *s are written
  * (never half-read): wrong magic, other version, wrong size/truncated,
  * trailing bytes, checksum mismatch, or out-of-range values -> AMP_ERR_FORMAT
  * with a message naming the file and what is wrong; unreadable -> AMP_ERR_IO.
- * On success *found = 1. */
+ * On success *found = 1 and, when id is not NULL, *id the weights the state
+ * was saved with (bound 0 for a version 1 file). Versions 1 and 2 are read. */
 amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_state *s,
-                               int *found, char *err, size_t errlen);
+                               amp_weights_id *id, int *found, char *err, size_t errlen);
 
 /* The sidecar path for a weights path ("<weights>.amp") into out (size
  * bytes). Returns 0, or -1 if it does not fit (or an argument is NULL). */

@@ -1,7 +1,9 @@
 /* The scaler's state sidecar (plugin/state_file.c): the exact byte layout,
  * bit-exact round trips for every dtype, a missing file, every single-byte
  * change, every truncation, trailing bytes, another version, out-of-range
- * values behind a correct CRC, I/O errors naming the path, NULL/0 err
+ * values behind a correct CRC, version 1 files still read (and checked the
+ * same way), the weights a state is bound to: round trip, identity of a
+ * weights file (seen in both header forms, size, CRC), missing weights, I/O errors naming the path, NULL/0 err
  * buffers, and an interrupted save (a writer killed by SIGKILL halfway through
  * its temporary file) leaving the previous sidecar whole.
  *
@@ -29,8 +31,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define FILE_SIZE 64 /* version 1: 16-byte header, 44-byte payload, 4-byte CRC */
-#define CRC_OFFSET 60
+#define FILE_SIZE 88 /* version 2: 16-byte header, 68-byte payload, 4-byte CRC */
+#define CRC_OFFSET 84
+#define V1_FILE_SIZE 64 /* version 1: 16-byte header, 44-byte payload, 4-byte CRC */
+#define V1_CRC_OFFSET 60
 
 static int failures;
 static const char *scratch;
@@ -125,11 +129,12 @@ static uint32_t fbits(float f)
     return u;
 }
 
+/* Version 2 (bound to no weights) or, with version 1, the 64-byte version 1. */
 static void encode(unsigned char *b, uint32_t version, uint32_t dtype, const amp_scale_state *s)
 {
     memcpy(b, "DNAMPST", 8);
     le32(b + 8, version);
-    le32(b + 12, 44);
+    le32(b + 12, version == 1 ? 44 : 68);
     le32(b + 16, dtype);
     le32(b + 20, fbits(s->scale));
     le64(b + 24, (uint64_t)(int64_t)s->growth_tracker);
@@ -137,6 +142,11 @@ static void encode(unsigned char *b, uint32_t version, uint32_t dtype, const amp
     le64(b + 36, (uint64_t)(int64_t)s->consecutive_skips);
     le64(b + 44, (uint64_t)s->steps);
     le64(b + 52, (uint64_t)s->skips);
+    if (version == 1) {
+        le32(b + V1_CRC_OFFSET, crc32_ref(b, V1_CRC_OFFSET));
+        return;
+    }
+    memset(b + 60, 0, 24); /* bound 0: weights seen, size and CRC zero */
     le32(b + CRC_OFFSET, crc32_ref(b, CRC_OFFSET));
 }
 
@@ -233,7 +243,7 @@ static int refused(const char *weights, amp_status want, const char *must_contai
     amp_status st;
     fill_sentinel(&d, &s);
     sidecar_of(sidecar, sizeof sidecar, weights);
-    st = amp_state_file_read(weights, &d, &s, &found, err, sizeof err);
+    st = amp_state_file_read(weights, &d, &s, NULL, &found, err, sizeof err);
     untouched = is_sentinel(&d, &s);
     names = strstr(err, sidecar) != NULL;
     contains = !must_contain || strstr(err, must_contain) != NULL;
@@ -297,11 +307,11 @@ static void test_path_helper(void)
         amp_scale_state s = make_state(1.0f, 0, 1, 0, 0, 0);
         amp_dtype d;
         int found;
-        amp_status st = amp_state_file_write(longw, AMP_DTYPE_FLOAT16, &s, err, sizeof err);
+        amp_status st = amp_state_file_write(longw, AMP_DTYPE_FLOAT16, &s, NULL, err, sizeof err);
         snprintf(got, sizeof got, "%s", status_name(st));
         check(st == AMP_ERR_INVALID, "write with a 5000-character weights path is refused",
               "AMP_ERR_INVALID", got);
-        st = amp_state_file_read(longw, &d, &s, &found, err, sizeof err);
+        st = amp_state_file_read(longw, &d, &s, NULL, &found, err, sizeof err);
         snprintf(got, sizeof got, "%s", status_name(st));
         check(st == AMP_ERR_INVALID, "read with a 5000-character weights path is refused",
               "AMP_ERR_INVALID", got);
@@ -327,13 +337,13 @@ static void test_layout(void)
 
     in_scratch(w, sizeof w, "sft_layout.weights");
     sidecar_of(sc, sizeof sc, w);
-    st = amp_state_file_write(w, AMP_DTYPE_BFLOAT16, &s, err, sizeof err);
+    st = amp_state_file_write(w, AMP_DTYPE_BFLOAT16, &s, NULL, err, sizeof err);
     snprintf(got, sizeof got, "%s \"%s\"", status_name(st), err);
     check(st == AMP_OK, "write a state for the layout check", "AMP_OK", got);
     n = read_raw(sc, file, sizeof file);
     snprintf(got, sizeof got, "%ld bytes", n);
-    check(n == FILE_SIZE, "the sidecar is exactly 64 bytes", "64 bytes", got);
-    encode(want, 1, AMP_DTYPE_BFLOAT16, &s);
+    check(n == FILE_SIZE, "the sidecar is exactly 88 bytes", "88 bytes", got);
+    encode(want, 2, AMP_DTYPE_BFLOAT16, &s);
     for (i = 0; i < FILE_SIZE && n == FILE_SIZE; i++)
         if (file[i] != want[i]) {
             first = i;
@@ -375,8 +385,8 @@ static void test_round_trips(void)
             amp_status ws, rs;
             fill_sentinel(&d, &r);
             /* The same file each time: every write replaces the previous one. */
-            ws = amp_state_file_write(w, dtypes[k], &states[i], err, sizeof err);
-            rs = ws == AMP_OK ? amp_state_file_read(w, &d, &r, &found, err, sizeof err) : ws;
+            ws = amp_state_file_write(w, dtypes[k], &states[i], NULL, err, sizeof err);
+            rs = ws == AMP_OK ? amp_state_file_read(w, &d, &r, NULL, &found, err, sizeof err) : ws;
             describe(want, sizeof want, dtypes[k], &states[i]);
             snprintf(what, sizeof what, "round trip: %s", want);
             if (rs == AMP_OK && found == 1)
@@ -399,7 +409,7 @@ static void test_missing(void)
     amp_status st;
     in_scratch(w, sizeof w, "sft_never_written.weights");
     fill_sentinel(&d, &s);
-    st = amp_state_file_read(w, &d, &s, &found, err, sizeof err);
+    st = amp_state_file_read(w, &d, &s, NULL, &found, err, sizeof err);
     snprintf(got, sizeof got, "%s, found %d, state %s", status_name(st), found,
              is_sentinel(&d, &s) ? "untouched" : "WRITTEN");
     check(st == AMP_OK && found == 0 && is_sentinel(&d, &s),
@@ -412,11 +422,11 @@ static int write_base(const char *weights, unsigned char *base)
 {
     char sc[4200], err[512], got[1024];
     amp_scale_state a = make_state(1024.0f, 17, 2, 0, 100, 3);
-    amp_status st = amp_state_file_write(weights, AMP_DTYPE_FLOAT16, &a, err, sizeof err);
+    amp_status st = amp_state_file_write(weights, AMP_DTYPE_FLOAT16, &a, NULL, err, sizeof err);
     sidecar_of(sc, sizeof sc, weights);
     if (st != AMP_OK || read_raw(sc, base, FILE_SIZE) != FILE_SIZE) {
         snprintf(got, sizeof got, "%s \"%s\"", status_name(st), err);
-        check(0, "writing a base file", "AMP_OK and 64 bytes", got);
+        check(0, "writing a base file", "AMP_OK and 88 bytes", got);
         return -1;
     }
     return 0;
@@ -453,7 +463,7 @@ static void test_byte_changes(void)
         }
     }
     snprintf(what, sizeof what,
-             "all %d single-byte changes (64 positions x 255 xor values) refused with "
+             "all %d single-byte changes (88 positions x 255 xor values) refused with "
              "AMP_ERR_FORMAT, state untouched, message naming the file", tried);
     snprintf(got, sizeof got, "%d accepted or wrongly refused", bad);
     check(bad == 0, what, "0 accepted or wrongly refused", got);
@@ -487,7 +497,7 @@ static void test_truncation_and_trailing(void)
         }
     }
     snprintf(got, sizeof got, "%d not refused", bad);
-    check(bad == 0, "every truncation to 0..63 bytes refused with AMP_ERR_FORMAT, state untouched",
+    check(bad == 0, "every truncation to 0..87 bytes refused with AMP_ERR_FORMAT, state untouched",
           "0 not refused", got);
 
     write_raw(sc, base, 40);
@@ -523,8 +533,9 @@ static void test_crafted(void)
         int off, width; /* width 4 or 8 */
         uint64_t value;
     } cases[] = {
-        {"format version 2", "version", 8, 4, 2},
+        {"format version 3", "version", 8, 4, 3},
         {"format version 0", "version", 8, 4, 0},
+        {"format version 1 with version 2's length", "length", 8, 4, 1},
         {"payload length 45", "length", 12, 4, 45},
         {"scale NaN", "scale", 20, 4, 0x7FC00000u},
         {"scale NaN with payload, sign set", "scale", 20, 4, 0xFF800001u},
@@ -541,6 +552,9 @@ static void test_crafted(void)
         {"hysteresis_left -1", "hysteresis_left", 32, 4, 0xFFFFFFFFu},
         {"consecutive_skips -1", "consecutive_skips", 36, 8, UINT64_MAX},
         {"skips 101 > steps 100", "skips", 52, 8, 101},
+        {"bound 2", "bound", 60, 4, 2},
+        {"bound 0 with a weights size", "bound", 72, 8, 1000},
+        {"bound 0 with a weights CRC", "bound", 80, 4, 0xDEADBEEFu},
     };
 
     in_scratch(w, sizeof w, "sft_crafted.weights");
@@ -553,7 +567,7 @@ static void test_crafted(void)
     fix_crc(b);
     write_raw(sc, b, sizeof b);
     fill_sentinel(&d, &s);
-    st = amp_state_file_read(w, &d, &s, &found, msg, sizeof msg);
+    st = amp_state_file_read(w, &d, &s, NULL, &found, msg, sizeof msg);
     snprintf(got, sizeof got, "%s, found %d \"%s\"", status_name(st), found, msg);
     check(st == AMP_OK && found == 1 && memcmp(b, base, sizeof b) == 0,
           "control: the test's CRC of an unchanged file equals the writer's and it is accepted",
@@ -580,10 +594,10 @@ static void test_crafted(void)
     {
         amp_scale_state edge = make_state(0x1p-149f, 0, 0, 0, 9, 9), r;
         memcpy(b, base, sizeof b);
-        encode(b, 1, AMP_DTYPE_FLOAT32, &edge);
+        encode(b, 2, AMP_DTYPE_FLOAT32, &edge);
         write_raw(sc, b, sizeof b);
         fill_sentinel(&d, &r);
-        st = amp_state_file_read(w, &d, &r, &found, msg, sizeof msg);
+        st = amp_state_file_read(w, &d, &r, NULL, &found, msg, sizeof msg);
         snprintf(got, sizeof got, "%s \"%s\"", status_name(st), msg);
         check(st == AMP_OK && found == 1 && same_state(&r, &edge) && d == AMP_DTYPE_FLOAT32,
               "boundary values accepted (subnormal scale, hysteresis_left 0, skips == steps)",
@@ -610,7 +624,7 @@ static void test_writer_refuses_invalid(void)
     sidecar_of(sc, sizeof sc, w);
     unlink(sc);
     for (i = 0; i < 6; i++) {
-        amp_status st = amp_state_file_write(w, AMP_DTYPE_FLOAT16, &bad[i], err, sizeof err);
+        amp_status st = amp_state_file_write(w, AMP_DTYPE_FLOAT16, &bad[i], NULL, err, sizeof err);
         snprintf(what, sizeof what, "writer refuses %s, writes nothing: \"%s\"", names[i], err);
         snprintf(got, sizeof got, "%s, sidecar %s", status_name(st),
                  exists(sc) ? "exists" : "absent");
@@ -619,7 +633,7 @@ static void test_writer_refuses_invalid(void)
     }
     {
         amp_scale_state ok = make_state(1.0f, 0, 1, 0, 0, 0);
-        amp_status st = amp_state_file_write(w, (amp_dtype)3, &ok, err, sizeof err);
+        amp_status st = amp_state_file_write(w, (amp_dtype)3, &ok, NULL, err, sizeof err);
         snprintf(got, sizeof got, "%s \"%s\"", status_name(st), err);
         check(st == AMP_ERR_INVALID && !exists(sc), "writer refuses dtype 3", "AMP_ERR_INVALID",
               got);
@@ -637,7 +651,7 @@ static void test_io_errors(void)
 
     in_scratch(w, sizeof w, "sft_no_such_dir/sub/x.weights");
     sidecar_of(sc, sizeof sc, w);
-    st = amp_state_file_write(w, AMP_DTYPE_FLOAT16, &s, err, sizeof err);
+    st = amp_state_file_write(w, AMP_DTYPE_FLOAT16, &s, NULL, err, sizeof err);
     snprintf(what, sizeof what, "write into a missing directory: \"%s\"", err);
     snprintf(got, sizeof got, "%s, message %s the path", status_name(st),
              strstr(err, sc) ? "names" : "does NOT name");
@@ -653,7 +667,7 @@ static void test_io_errors(void)
         printf("skip: write into a non-writable directory: running as root, which bypasses "
                "directory permissions\n");
     } else {
-        st = amp_state_file_write(w, AMP_DTYPE_FLOAT16, &s, err, sizeof err);
+        st = amp_state_file_write(w, AMP_DTYPE_FLOAT16, &s, NULL, err, sizeof err);
         snprintf(what, sizeof what, "write into a non-writable directory: \"%s\"", err);
         snprintf(got, sizeof got, "%s, message %s the path", status_name(st),
                  strstr(err, sc) ? "names" : "does NOT name");
@@ -672,7 +686,7 @@ static void test_io_errors(void)
         check(ok, what, "AMP_ERR_IO, state untouched, message naming the path", got);
     }
     /* Writing over it fails at the rename and leaves no temporary file. */
-    st = amp_state_file_write(w, AMP_DTYPE_FLOAT16, &s, err, sizeof err);
+    st = amp_state_file_write(w, AMP_DTYPE_FLOAT16, &s, NULL, err, sizeof err);
     snprintf(what, sizeof what, "write over a directory in the sidecar's place: \"%s\"", err);
     snprintf(got, sizeof got, "%s", status_name(st));
     check(st == AMP_ERR_IO && strstr(err, sc) != NULL, what, "AMP_ERR_IO naming the path", got);
@@ -684,7 +698,7 @@ static void test_io_errors(void)
     if (geteuid() == 0) {
         printf("skip: read of a sidecar without read permission: running as root, which bypasses "
                "file permissions\n");
-    } else if (amp_state_file_write(w, AMP_DTYPE_FLOAT16, &s, err, sizeof err) == AMP_OK) {
+    } else if (amp_state_file_write(w, AMP_DTYPE_FLOAT16, &s, NULL, err, sizeof err) == AMP_OK) {
         int ok;
         chmod(sc, 0);
         ok = refused(w, AMP_ERR_IO, NULL, got, sizeof got, err, sizeof err);
@@ -704,34 +718,34 @@ static void test_err_buffers(void)
     amp_status a, b, c;
 
     in_scratch(w, sizeof w, "sft_no_such_dir/x.weights");
-    a = amp_state_file_write(w, AMP_DTYPE_FLOAT16, &s, NULL, 0);
-    b = amp_state_file_write(w, AMP_DTYPE_FLOAT16, &s, NULL, 100);
+    a = amp_state_file_write(w, AMP_DTYPE_FLOAT16, &s, NULL, NULL, 0);
+    b = amp_state_file_write(w, AMP_DTYPE_FLOAT16, &s, NULL, NULL, 100);
     in_scratch(w, sizeof w, "sft_errbuf.weights");
     sidecar_of(sc, sizeof sc, w);
     write_raw(sc, junk, sizeof junk);
-    c = amp_state_file_read(w, &d, &s, &found, NULL, 0);
+    c = amp_state_file_read(w, &d, &s, NULL, &found, NULL, 0);
     snprintf(got, sizeof got, "%s, %s, %s", status_name(a), status_name(b), status_name(c));
     check(a == AMP_ERR_IO && b == AMP_ERR_IO && c == AMP_ERR_FORMAT,
           "err NULL: failing write (errlen 0 and 100) and read still return their status",
           "AMP_ERR_IO, AMP_ERR_IO, AMP_ERR_FORMAT", got);
 
     memset(untouched, 'X', sizeof untouched);
-    c = amp_state_file_read(w, &d, &s, &found, untouched, 0);
+    c = amp_state_file_read(w, &d, &s, NULL, &found, untouched, 0);
     for (ok = 1, i = 0; i < (int)sizeof untouched; i++) ok &= untouched[i] == 'X';
     snprintf(got, sizeof got, "%s, buffer %s", status_name(c), ok ? "untouched" : "WRITTEN");
     check(c == AMP_ERR_FORMAT && ok, "errlen 0: the err buffer is not touched",
           "AMP_ERR_FORMAT, buffer untouched", got);
 
     memset(small, 'X', sizeof small);
-    c = amp_state_file_read(w, &d, &s, &found, small, sizeof small);
+    c = amp_state_file_read(w, &d, &s, NULL, &found, small, sizeof small);
     ok = memchr(small, '\0', sizeof small) != NULL;
     snprintf(got, sizeof got, "%s, %s", status_name(c), ok ? "terminated" : "NOT terminated");
     check(c == AMP_ERR_FORMAT && ok, "an 8-byte err buffer gets a NUL-terminated message",
           "AMP_ERR_FORMAT, terminated", got);
 
-    c = amp_state_file_read(NULL, &d, &s, &found, NULL, 0);
-    a = amp_state_file_write(NULL, AMP_DTYPE_FLOAT16, &s, NULL, 0);
-    b = amp_state_file_write(w, AMP_DTYPE_FLOAT16, NULL, NULL, 0);
+    c = amp_state_file_read(NULL, &d, &s, NULL, &found, NULL, 0);
+    a = amp_state_file_write(NULL, AMP_DTYPE_FLOAT16, &s, NULL, NULL, 0);
+    b = amp_state_file_write(w, AMP_DTYPE_FLOAT16, NULL, NULL, NULL, 0);
     snprintf(got, sizeof got, "%s, %s, %s", status_name(c), status_name(a), status_name(b));
     check(a == AMP_ERR_INVALID && b == AMP_ERR_INVALID && c == AMP_ERR_INVALID,
           "NULL weights path or state: AMP_ERR_INVALID", "AMP_ERR_INVALID x3", got);
@@ -788,7 +802,7 @@ static void test_interrupted_save(void)
 
     in_scratch(w, sizeof w, "sft_atomic.weights");
     sidecar_of(sc, sizeof sc, w);
-    st = amp_state_file_write(w, AMP_DTYPE_FLOAT16, &a, err, sizeof err);
+    st = amp_state_file_write(w, AMP_DTYPE_FLOAT16, &a, NULL, err, sizeof err);
     snprintf(got, sizeof got, "%s \"%s\"", status_name(st), err);
     check(st == AMP_OK, "write state A", "AMP_OK", got);
 
@@ -803,7 +817,7 @@ static void test_interrupted_save(void)
     }
     if (pid == 0) {
         setenv("DARKNET_AMP_TEST_CRASH_IN_SAVE", "1", 1);
-        amp_state_file_write(w, AMP_DTYPE_BFLOAT16, &b, err, sizeof err);
+        amp_state_file_write(w, AMP_DTYPE_BFLOAT16, &b, NULL, err, sizeof err);
         _exit(3); /* only if the crash aid did not kill us */
     }
     if (waitpid(pid, &status, 0) != pid) {
@@ -819,7 +833,7 @@ static void test_interrupted_save(void)
           "killed by signal 9", got);
 
     fill_sentinel(&d, &r);
-    st = amp_state_file_read(w, &d, &r, &found, err, sizeof err);
+    st = amp_state_file_read(w, &d, &r, NULL, &found, err, sizeof err);
     describe(want, sizeof want, AMP_DTYPE_FLOAT16, &a);
     if (st == AMP_OK && found)
         describe(got, sizeof got, d, &r);
@@ -836,8 +850,8 @@ static void test_interrupted_save(void)
     check(unexpected == 0, what, "at most the killed writer's temporary file", got);
 
     /* The next save is not disturbed by the leftover. */
-    st = amp_state_file_write(w, AMP_DTYPE_BFLOAT16, &b, err, sizeof err);
-    if (st == AMP_OK) st = amp_state_file_read(w, &d, &r, &found, err, sizeof err);
+    st = amp_state_file_write(w, AMP_DTYPE_BFLOAT16, &b, NULL, err, sizeof err);
+    if (st == AMP_OK) st = amp_state_file_read(w, &d, &r, NULL, &found, err, sizeof err);
     describe(want, sizeof want, AMP_DTYPE_BFLOAT16, &b);
     if (st == AMP_OK && found)
         describe(got, sizeof got, d, &r);
@@ -874,6 +888,167 @@ static void clean_scratch(void)
     closedir(dp);
 }
 
+
+/* Version 1 files (64 bytes, no weights named) are still read, and checked
+ * as strictly as version 2 ones. */
+static void test_version1(void)
+{
+    char w[4200], sc[4200], got[1024], msg[512], what[1024];
+    unsigned char v1[V1_FILE_SIZE], b[V1_FILE_SIZE + 1];
+    amp_scale_state a = make_state(2048.0f, 5, 2, 1, 300, 7), r;
+    amp_weights_id id = {7, 7, 7, 7};
+    amp_dtype d;
+    int found = 0, pos, x, len, bad = 0, tried = 0;
+
+    in_scratch(w, sizeof w, "sft_v1.weights");
+    sidecar_of(sc, sizeof sc, w);
+    encode(v1, 1, AMP_DTYPE_FLOAT16, &a);
+    write_raw(sc, v1, sizeof v1);
+    fill_sentinel(&d, &r);
+    amp_status st = amp_state_file_read(w, &d, &r, &id, &found, msg, sizeof msg);
+    snprintf(got, sizeof got, "%s, found %d, same state %d, bound %d \"%s\"", status_name(st),
+             found, same_state(&r, &a), id.bound, msg);
+    check(st == AMP_OK && found == 1 && d == AMP_DTYPE_FLOAT16 && same_state(&r, &a) &&
+              id.bound == 0,
+          "a version 1 file is read: its state, bound to no weights",
+          "AMP_OK, found 1, same state, bound 0", got);
+
+    for (pos = 0; pos < V1_FILE_SIZE; pos++) {
+        for (x = 1; x < 256; x++) {
+            memcpy(b, v1, sizeof v1);
+            b[pos] ^= (unsigned char)x;
+            ++tried;
+            write_raw(sc, b, sizeof v1);
+            if (!refused(w, AMP_ERR_FORMAT, NULL, got, sizeof got, NULL, 0) && ++bad <= 10) {
+                snprintf(what, sizeof what, "version 1: byte %d ^ 0x%02x refused", pos, x);
+                check(0, what, "AMP_ERR_FORMAT, state untouched", got);
+            }
+        }
+    }
+    for (len = 0; len < V1_FILE_SIZE; len++) {
+        ++tried;
+        write_raw(sc, v1, (size_t)len);
+        if (!refused(w, AMP_ERR_FORMAT, NULL, got, sizeof got, NULL, 0) && ++bad <= 10) {
+            snprintf(what, sizeof what, "version 1 truncated to %d bytes refused", len);
+            check(0, what, "AMP_ERR_FORMAT, state untouched", got);
+        }
+    }
+    memcpy(b, v1, sizeof v1);
+    b[V1_FILE_SIZE] = 0;
+    write_raw(sc, b, sizeof b);
+    ++tried;
+    if (!refused(w, AMP_ERR_FORMAT, "trailing", got, sizeof got, NULL, 0)) ++bad;
+    snprintf(what, sizeof what,
+             "version 1: all %d changed, truncated or extended files (64 x 255 byte changes, 64 "
+             "truncations, one trailing byte) refused", tried);
+    snprintf(got, sizeof got, "%d accepted or wrongly refused", bad);
+    check(bad == 0, what, "0 accepted or wrongly refused", got);
+}
+
+/* A weights file in darknet's format: major, minor, revision, seen (a size_t
+ * from version 0.2 on, an int before), then n bytes of a pattern. */
+static long write_weights(const char *path, int major, int minor, unsigned long long seen, size_t n,
+                          unsigned char *copy)
+{
+    unsigned char buf[4096];
+    size_t k = 0, i;
+    int head[3] = {major, minor, 0};
+    memcpy(buf, head, sizeof head);
+    k = sizeof head;
+    if (major * 10 + minor >= 2) {
+        size_t s = (size_t)seen;
+        memcpy(buf + k, &s, sizeof s);
+        k += sizeof s;
+    } else {
+        int s = (int)seen;
+        memcpy(buf + k, &s, sizeof s);
+        k += sizeof s;
+    }
+    for (i = 0; i < n && k < sizeof buf; i++) buf[k++] = (unsigned char)(i * 37u + 11u);
+    if (copy) memcpy(copy, buf, k);
+    return write_raw(path, buf, k) == 0 ? (long)k : -1;
+}
+
+/* The binding: what identifies a weights file, the state file's record of it,
+ * and identities told apart. */
+static void test_binding(void)
+{
+    char w[4200], sc[4200], err[512], got[1024], what[1024];
+    unsigned char bytes[4096], file[FILE_SIZE];
+    amp_weights_id id, back, other;
+    amp_scale_state a = make_state(512.0f, 9, 1, 0, 40, 2), r;
+    amp_dtype d;
+    int found = 0;
+    amp_status st;
+
+    in_scratch(w, sizeof w, "sft_bound.weights");
+    sidecar_of(sc, sizeof sc, w);
+    long size = write_weights(w, 0, 2, 123456789ULL, 1000, bytes);
+    st = amp_weights_identify(w, &id, err, sizeof err);
+    const uint32_t crc = size > 0 ? crc32_ref(bytes, (size_t)size) : 0;
+    snprintf(got, sizeof got, "%s bound %d, seen %llu, size %llu, CRC-32 0x%08lx \"%s\"",
+             status_name(st), id.bound, id.seen, id.size, id.crc, err);
+    snprintf(what, sizeof what,
+             "identity of a version 0.2 weights file: seen 123456789, %ld bytes, CRC-32 0x%08x",
+             size, (unsigned)crc);
+    check(st == AMP_OK && id.bound == 1 && id.seen == 123456789ULL && id.size == (unsigned long long)size &&
+              id.crc == crc,
+          what, "the same", got);
+
+    write_weights(w, 0, 1, 77, 500, NULL); /* an int seen */
+    st = amp_weights_identify(w, &other, err, sizeof err);
+    snprintf(got, sizeof got, "%s bound %d, seen %llu, size %llu", status_name(st), other.bound,
+             other.seen, other.size);
+    check(st == AMP_OK && other.bound && other.seen == 77 && other.size == 3 * sizeof(int) + 4 + 500,
+          "identity of a version 0.1 weights file (seen an int)", "seen 77, 516 bytes", got);
+
+    write_raw(w, bytes, 10);
+    st = amp_weights_identify(w, &other, err, sizeof err);
+    snprintf(got, sizeof got, "%s \"%s\"", status_name(st), err);
+    check(st == AMP_ERR_FORMAT && strstr(err, w) && strstr(err, "header"),
+          "a 10-byte weights file cannot be identified", "AMP_ERR_FORMAT naming the file and the header",
+          got);
+
+    unlink(w);
+    st = amp_weights_identify(w, &other, err, sizeof err);
+    snprintf(got, sizeof got, "%s bound %d", status_name(st), other.bound);
+    check(st == AMP_OK && other.bound == 0, "a missing weights file identifies as no weights",
+          "AMP_OK, bound 0", got);
+
+    /* The state file records it, in the documented bytes. */
+    st = amp_state_file_write(w, AMP_DTYPE_FLOAT16, &a, &id, err, sizeof err);
+    long n = read_raw(sc, file, sizeof file);
+    int layout = n == FILE_SIZE && file[60] == 1 && !file[61] && !file[62] && !file[63];
+    for (int i = 0; i < 8 && layout; i++)
+        layout = file[64 + i] == (unsigned char)(id.seen >> (8 * i)) &&
+                 file[72 + i] == (unsigned char)(id.size >> (8 * i));
+    for (int i = 0; i < 4 && layout; i++)
+        layout = file[80 + i] == (unsigned char)(id.crc >> (8 * i));
+    snprintf(got, sizeof got, "%s, %ld bytes, layout %s \"%s\"", status_name(st), n,
+             layout ? "as documented" : "DIFFERENT", err);
+    check(st == AMP_OK && layout,
+          "a bound state file holds bound 1, seen, size and CRC-32 little-endian at 60, 64, 72, 80",
+          "AMP_OK, as documented", got);
+    memset(&back, 0, sizeof back);
+    fill_sentinel(&d, &r);
+    st = amp_state_file_read(w, &d, &r, &back, &found, err, sizeof err);
+    snprintf(got, sizeof got, "%s found %d, same state %d, same weights %d", status_name(st), found,
+             same_state(&r, &a), amp_weights_same(&back, &id));
+    check(st == AMP_OK && found && same_state(&r, &a) && amp_weights_same(&back, &id),
+          "round trip of a bound state: the same state and the same weights", "AMP_OK, the same",
+          got);
+
+    /* Any one field apart is other weights; unbound is never the same. */
+    int apart = 0;
+    other = id; other.seen += 1; apart += !amp_weights_same(&other, &id);
+    other = id; other.size += 1; apart += !amp_weights_same(&other, &id);
+    other = id; other.crc ^= 1; apart += !amp_weights_same(&other, &id);
+    other = id; other.bound = 0; apart += !amp_weights_same(&other, &other);
+    snprintf(got, sizeof got, "%d of 4 told apart", apart);
+    check(apart == 4, "weights that differ in seen, size or CRC, or are unbound, are not the same",
+          "4 of 4 told apart", got);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -896,6 +1071,8 @@ int main(int argc, char **argv)
     test_byte_changes();
     test_truncation_and_trailing();
     test_crafted();
+    test_version1();
+    test_binding();
     test_writer_refuses_invalid();
     test_io_errors();
     test_err_buffers();

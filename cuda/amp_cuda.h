@@ -51,7 +51,9 @@ typedef struct amp_gpu_state {
     float batch_scale;        /* fixed at the batch start, used until its step */
     float inv_scale;          /* amp_inv_scale(batch_scale) */
     unsigned int found;       /* 0, or 1 + the highest span index with a non-finite element */
-    unsigned int skipped;     /* the last step was skipped (found != 0 at its decision) */
+    unsigned int loss;        /* this batch: 0, or 1 + the first cost layer whose delta was not
+                                 finite before scaling (the decision adds the host's) */
+    unsigned int skipped;     /* the last step was skipped (found or loss at its decision) */
     unsigned long long seq;   /* steps decided */
 } amp_gpu_state;
 
@@ -87,7 +89,9 @@ amp_status amp_cuda_unscale_check(const amp_mt_table *t, const float *factor, un
  * layer's delta *= batch_scale. */
 amp_status amp_cuda_begin_batch(const amp_mt_table *t, amp_gpu_state *state, cudaStream_t stream,
                                 char *err, size_t errlen);
-amp_status amp_cuda_scale_delta(float *delta, size_t n, const amp_gpu_state *state,
+/* delta *= batch_scale; an element not finite before it sets state->loss to
+ * tag (1 + the layer's index) if it is still 0. */
+amp_status amp_cuda_scale_delta(float *delta, size_t n, amp_gpu_state *state, unsigned int tag,
                                 cudaStream_t stream, char *err, size_t errlen);
 /* A connected layer's incoming gradient clipped to [-batch_scale, batch_scale]
  * (darknet's constrain_gpu(delta, 1) in true units; inf and NaN kept). */
@@ -99,10 +103,12 @@ amp_status amp_cuda_clip_delta(float *delta, size_t n, const amp_gpu_state *stat
 amp_status amp_cuda_gated_copy(const amp_mt_table *t, const unsigned int *flag, int to_y,
                                cudaStream_t stream, char *err, size_t errlen);
 
-/* scale_update.cu: the step's decision (one thread): skipped = found != 0,
- * seq += 1, and with update_scale the scaler's rule (scale_rule.h). */
+/* scale_update.cu: the step's decision (one thread): loss = the device's
+ * flag, else host_loss (1 + a cost layer whose loss the host saw not
+ * finite); seq += 1; scale_rule.h's amp_step_decide (skipped, and with
+ * update_scale the scale's update, which a non-finite loss leaves alone). */
 amp_status amp_cuda_decide(amp_gpu_state *state, amp_scale_params params, int update_scale,
-                           cudaStream_t stream, char *err, size_t errlen);
+                           unsigned int host_loss, cudaStream_t stream, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -82,7 +82,8 @@ static void sync_state(amp_net *an, int wait)
     const amp_gpu_state m = *g->mirror;
     /* update_network_gpu counted the step in t: a skip takes it back, as on
      * the CPU, before the next update reads it. */
-    const amp_step_outcome o = {(int)m.skipped, (int)m.found - 1, m.batch_scale, m.seq, &m.st, 1};
+    const amp_step_outcome o = {(int)m.skipped, (int)m.found - 1, m.batch_scale, m.seq, &m.st, 1,
+                                (int)m.loss - 1};
     amp_step_settled(an, &o);
 }
 
@@ -102,18 +103,22 @@ static void push_state(amp_net *an)
 static void begin_batch(amp_net *an)
 {
     char err[AMP_MSG_LEN];
+    amp_gpu_net *g = gpu_of(an);
     an->batch_scale = an->scaler->state.scale; /* the host's view, for messages */
-    if (amp_cuda_begin_batch(&gpu_of(an)->hist, gpu_of(an)->dev, stream_of(an), err,
-                             sizeof err) != AMP_OK)
+    if (AMP_CUDA_CHECK(cudaMemsetAsync(&g->dev->loss, 0, sizeof g->dev->loss, stream_of(an)), err,
+                       sizeof err) != AMP_OK ||
+        amp_cuda_begin_batch(&g->hist, g->dev, stream_of(an), err, sizeof err) != AMP_OK)
         fail(an, err);
 }
 
-static void scale_loss(amp_net *an, const layer *l)
+/* The delta is checked on the device (its flag joins the decision); the
+ * host has checked the loss itself (step.c). */
+static void scale_loss(amp_net *an, const layer *l, int index)
 {
     char err[AMP_MSG_LEN];
     if (l->delta_gpu && amp_cuda_scale_delta(l->delta_gpu, (size_t)l->outputs * l->batch,
-                                             gpu_of(an)->dev, stream_of(an), err,
-                                             sizeof err) != AMP_OK)
+                                             gpu_of(an)->dev, (unsigned int)index + 1u,
+                                             stream_of(an), err, sizeof err) != AMP_OK)
         fail(an, err);
 }
 
@@ -142,9 +147,10 @@ static void decide(amp_net *an)
 {
     amp_gpu_net *g = gpu_of(an);
     char err[AMP_MSG_LEN];
-    if (amp_cuda_decide(g->dev, an->scaler->params, an->owns_scaler, stream_of(an), err,
-                        sizeof err) != AMP_OK ||
-        amp_cuda_gated_copy(&g->params, &g->dev->found, 1, stream_of(an), err, sizeof err) !=
+    /* The gate is the decision (an overflow or a non-finite loss). */
+    if (amp_cuda_decide(g->dev, an->scaler->params, an->owns_scaler, (unsigned int)an->loss_bad,
+                        stream_of(an), err, sizeof err) != AMP_OK ||
+        amp_cuda_gated_copy(&g->params, &g->dev->skipped, 1, stream_of(an), err, sizeof err) !=
             AMP_OK)
         fail(an, err);
 }
@@ -154,10 +160,10 @@ static void step_end(amp_net *an)
 {
     amp_gpu_net *g = gpu_of(an);
     char err[AMP_MSG_LEN];
-    amp_status st = amp_cuda_gated_copy(&g->params, &g->dev->found, 0, stream_of(an), err,
+    amp_status st = amp_cuda_gated_copy(&g->params, &g->dev->skipped, 0, stream_of(an), err,
                                         sizeof err);
     if (st == AMP_OK)
-        st = amp_cuda_gated_copy(&g->hist, &g->dev->found, 0, stream_of(an), err, sizeof err);
+        st = amp_cuda_gated_copy(&g->hist, &g->dev->skipped, 0, stream_of(an), err, sizeof err);
     if (st == AMP_OK)
         st = AMP_CUDA_CHECK(cudaMemcpyAsync(g->mirror, g->dev, sizeof *g->mirror,
                                             cudaMemcpyDeviceToHost, stream_of(an)),
@@ -185,6 +191,12 @@ static void end_mid_batch(amp_net *an)
 static void poke(amp_net *an, int k, size_t i, float value)
 {
     cudaMemcpy(gpu_of(an)->grads[k] + i, &value, sizeof(float), cudaMemcpyHostToDevice);
+}
+
+static void poke_delta(amp_net *an, const layer *l, size_t i, float value)
+{
+    (void)an;
+    if (l->delta_gpu) cudaMemcpy(l->delta_gpu + i, &value, sizeof(float), cudaMemcpyHostToDevice);
 }
 
 /* ---- layers ---- */
@@ -442,4 +454,5 @@ const amp_backend_ops amp_cuda_backend = {
     .push_state = push_state,
     .end_mid_batch = end_mid_batch,
     .poke = poke,
+    .poke_delta = poke_delta,
 };

@@ -38,12 +38,18 @@ static __global__ void fix_batch_scale_kernel(amp_gpu_state *state)
     state->inv_scale = amp_inv_scale(state->st.scale);
 }
 
-static __global__ void scale_delta_kernel(float *x, size_t n, const amp_gpu_state *state)
+static __global__ void scale_delta_kernel(float *x, size_t n, amp_gpu_state *state,
+                                          unsigned int tag)
 {
     const float k = state->batch_scale;
+    int finite = 1;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        x[i] = amp_mul_rn(x[i], k);
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float d = x[i];
+        finite &= amp_finite(d);
+        x[i] = amp_mul_rn(d, k);
+    }
+    if (!finite) atomicCAS(&state->loss, 0u, tag); /* the first cost layer to see it */
 }
 
 static __global__ void clip_delta_kernel(float *x, size_t n, const amp_gpu_state *state)
@@ -68,11 +74,12 @@ extern "C" amp_status amp_cuda_begin_batch(const amp_mt_table *t, amp_gpu_state 
     return AMP_CUDA_LAUNCHED(err, errlen);
 }
 
-extern "C" amp_status amp_cuda_scale_delta(float *delta, size_t n, const amp_gpu_state *state,
-                                           cudaStream_t stream, char *err, size_t errlen)
+extern "C" amp_status amp_cuda_scale_delta(float *delta, size_t n, amp_gpu_state *state,
+                                           unsigned int tag, cudaStream_t stream, char *err,
+                                           size_t errlen)
 {
     if (!n) return AMP_OK;
-    scale_delta_kernel<<<grid_for(n), 256, 0, stream>>>(delta, n, state);
+    scale_delta_kernel<<<grid_for(n), 256, 0, stream>>>(delta, n, state, tag);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }
 

@@ -7,18 +7,17 @@
 #include "cuda_check.h"
 
 static __global__ void decide_kernel(amp_gpu_state *state, amp_scale_params params,
-                                     int update_scale)
+                                     int update_scale, unsigned int host_loss)
 {
-    unsigned int found = state->found;
-    state->skipped = found != 0;
+    if (!state->loss) state->loss = host_loss;
+    state->skipped = amp_step_decide(&state->st, &params, state->found, state->loss, update_scale);
     state->seq += 1;
-    if (update_scale) amp_scale_update(&state->st, &params, found != 0);
 }
 
 extern "C" amp_status amp_cuda_decide(amp_gpu_state *state, amp_scale_params params,
-                                      int update_scale, cudaStream_t stream, char *err,
-                                      size_t errlen)
+                                      int update_scale, unsigned int host_loss,
+                                      cudaStream_t stream, char *err, size_t errlen)
 {
-    decide_kernel<<<1, 1, 0, stream>>>(state, params, update_scale);
+    decide_kernel<<<1, 1, 0, stream>>>(state, params, update_scale, host_loss);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }

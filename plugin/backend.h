@@ -53,8 +53,11 @@ struct amp_backend_ops {
      * scale; an->batch_scale set to it (device backends: read on the device,
      * the host's value for messages). */
     void (*begin_batch)(amp_net *an);
-    /* A loss layer's delta (its gradient) multiplied by the batch's scale. */
-    void (*scale_loss)(amp_net *an, const layer *l);
+    /* A loss layer's delta (its gradient) multiplied by the batch's scale;
+     * a delta element not finite before scaling marks the batch's loss as
+     * bad (host-decided: an->loss_bad = index + 1 if not yet set; device-
+     * decided: a device flag its decide() reads). */
+    void (*scale_loss)(amp_net *an, const layer *l, int index);
     /* A backward after amp_unscale: the histories multiplied by the scale again. */
     void (*rescale)(amp_net *an);
     /* Every history multiplied by 1/scale and checked (host-decided: found_inf
@@ -63,7 +66,9 @@ struct amp_backend_ops {
     /* Host-decided: every history back as it was at the batch start. */
     void (*restore)(amp_net *an);
     /* Device-decided only (else NULL): the decision and the scale's update on
-     * the device, before darknet's updates run... */
+     * the device, before darknet's updates run (a step with a non-finite loss,
+     * an->loss_bad from the host or the device's own flag, is skipped with
+     * the scale left as it is)... */
     void (*decide)(amp_net *an);
     /* ...and after the last of them: undo a skipped step, publish the outcome. */
     void (*step_end)(amp_net *an);
@@ -77,6 +82,9 @@ struct amp_backend_ops {
     void (*end_mid_batch)(amp_net *an);
     /* Sets element i of tensor k's gradient (DARKNET_AMP_INJECT). */
     void (*poke)(amp_net *an, int k, size_t i, float value);
+    /* Sets element i of a cost layer's delta, after its forward and before
+     * scale_loss (DARKNET_AMP_INJECT's LAYER:delta). */
+    void (*poke_delta)(amp_net *an, const layer *l, size_t i, float value);
     /* Optional: start-up warnings (a CPU without bfloat16 instructions). */
     void (*describe)(const amp_net *an, FILE *out);
 };

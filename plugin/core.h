@@ -35,6 +35,7 @@ struct amp_scaler {
     amp_scale_state state;
     int pending;                   /* networks stepped since the last update */
     int pending_inf;               /* OR of their overflow flags */
+    int pending_loss;              /* of them, skipped for a non-finite loss */
     char first_bad[AMP_MSG_LEN];   /* where the current iteration first overflowed */
 };
 
@@ -170,6 +171,11 @@ struct amp_net {
     float batch_scale;           /* the scale the current batch was scaled with */
     int found_inf;               /* host-decided steps: a gradient was not finite */
     int bad_tensor;              /* host-decided steps: the first non-finite one, or -1 */
+    int loss_bad;                /* this batch: 1 + the first cost layer whose loss or delta
+                                    (before scaling) was not finite, else 0 */
+    int step_iteration;          /* darknet's iteration of the step being decided */
+    unsigned long long loss_skips; /* steps skipped for a non-finite loss */
+    long loss_skips_in_row;
     int skipped;                 /* the last settled step was skipped */
     int skip_updates;            /* the step under way: layer updates are skipped */
     int step_open;               /* a device-decided step awaits its end */
@@ -244,6 +250,7 @@ typedef struct amp_step_outcome {
     unsigned long long seq;        /* the step's number, from 1 */
     const amp_scale_state *state;  /* the scaler as the device updated it; NULL: update here */
     int take_back_t;               /* darknet counted the step in *net->t: a skip undoes it */
+    int loss_layer;                /* skipped for a non-finite loss in this cost layer, or -1 */
 } amp_step_outcome;
 /* Applies an outcome: the skip message, the pending flags of a shared scaler,
  * the scale's update (here, or as the device did it) and its message, and
@@ -276,6 +283,9 @@ void amp_profile_print(const amp_net *an, FILE *out);
 amp_status amp_parse_injection(amp_net *an, const char *spec, char *err, size_t errlen);
 /* Writes this step's injected values into the gradients, through the backend. */
 void amp_inject(amp_net *an);
+/* DARKNET_AMP_INJECT's LAYER:delta and LAYER:loss items for this step, on
+ * cost layer index l (l: darknet's copy the wrapper holds) after its forward. */
+void amp_inject_delta(amp_net *an, int index, layer *l);
 
 /* ---- backends.c ---- */
 /* The backend for a network: the CUDA one for a network built for a GPU in a

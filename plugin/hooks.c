@@ -222,6 +222,9 @@ static void on_train_done(void *ctx, network *net)
     const amp_scale_state *st = &an->scaler->state;
     fprintf(stderr, "amp: training done: %llu steps, %llu skipped (%.2f%%), final loss scale %g\n",
             st->steps, st->skips, st->steps ? 100.0 * st->skips / st->steps : 0.0, st->scale);
+    if (an->loss_skips)
+        fprintf(stderr, "amp: %llu more steps skipped for a non-finite loss (not counted above: "
+                        "the scale was not the cause)\n", an->loss_skips);
     if (an->env.profile == 1 && an->ops->host_timing) {
         amp_profile_print(an, stderr);
         an->env.profile = 2; /* printed */

@@ -1,6 +1,7 @@
 /* Test aid: DARKNET_AMP_INJECT (docs/api.md) puts a chosen value (inf, NaN,
  * a number) into one element of a chosen gradient just before a chosen
- * step's check, through the backend that holds the gradient. */
+ * step's check, through the backend that holds the gradient; or into a cost
+ * layer's delta (before the loss scale) or its loss, after its forward. */
 #include "backend.h"
 #include "network.h" /* get_layer_string */
 
@@ -16,8 +17,9 @@ static int parse_value(const char *v, float *out)
 }
 
 /* "LAYER:TENSOR:VALUE:STEP[,STEP...]" items separated by ';', e.g.
- * "3:weights:nan:2,5;7:uz.biases:-inf:4". STEP counts this network's steps
- * from 1. The value replaces the middle element of that gradient. */
+ * "3:weights:nan:2,5;7:uz.biases:-inf:4;16:delta:nan:3". STEP counts this
+ * network's steps from 1. The value replaces the middle element of that
+ * gradient or delta, or the loss. */
 amp_status amp_parse_injection(amp_net *an, const char *spec, char *err, size_t errlen)
 {
     char buf[AMP_MSG_LEN];
@@ -39,12 +41,15 @@ amp_status amp_parse_injection(amp_net *an, const char *spec, char *err, size_t 
                             "in [0, %d), e.g. 3:weights:nan:2,5", spec, an->net->n);
         in->layer = (int)li;
         strcpy(in->tensor, f[1]);
-        int known = 0;
+        /* A cost layer's delta (before the loss scale) or its loss. */
+        int known = (!strcmp(in->tensor, "delta") || !strcmp(in->tensor, "loss")) &&
+                    an->net->layers[li].cost;
         for (int t = 0; t < an->ntensors; ++t)
             known |= an->tensors[t].layer == in->layer && !strcmp(an->tensors[t].name, in->tensor);
         AMP_RETURN_ERROR_IF(!known, AMP_ERR_INVALID, err, errlen,
                             "DARKNET_AMP_INJECT=%s: layer %ld [%s] has no gradient '%s' (weights, "
-                            "biases, scales; sub-layers as uz.weights)",
+                            "biases, scales; sub-layers as uz.weights; delta or loss of a cost "
+                            "layer)",
                             spec, li, get_layer_string(an->net->layers[li].type), f[1]);
         in->nsteps = 0;
         char *s3 = NULL;
@@ -59,16 +64,33 @@ amp_status amp_parse_injection(amp_net *an, const char *spec, char *err, size_t 
     return AMP_OK;
 }
 
+/* Whether injection j fires at this step. */
+static int fires(const amp_injection *in, unsigned long step)
+{
+    for (int k = 0; k < in->nsteps; ++k)
+        if (in->steps[k] == step) return 1;
+    return 0;
+}
+
+void amp_inject_delta(amp_net *an, int index, layer *l)
+{
+    for (int j = 0; j < an->ninject; ++j) {
+        const amp_injection *in = &an->inject[j];
+        if (in->layer != index || !fires(in, an->step_index + 1)) continue;
+        if (!strcmp(in->tensor, "loss") && l->cost) *l->cost = in->value;
+        if (!strcmp(in->tensor, "delta") && an->ops->poke_delta)
+            an->ops->poke_delta(an, l, (size_t)l->outputs * l->batch / 2, in->value);
+    }
+}
+
 void amp_inject(amp_net *an)
 {
     unsigned long step = an->step_index + 1;
     for (int j = 0; j < an->ninject; ++j) {
         const amp_injection *in = &an->inject[j];
-        for (int k = 0; k < in->nsteps; ++k) {
-            if (in->steps[k] != step) continue;
-            for (int t = 0; t < an->ntensors; ++t)
-                if (an->tensors[t].layer == in->layer && !strcmp(an->tensors[t].name, in->tensor))
-                    an->ops->poke(an, t, an->tensors[t].n / 2, in->value);
-        }
+        if (!fires(in, step)) continue;
+        for (int t = 0; t < an->ntensors; ++t)
+            if (an->tensors[t].layer == in->layer && !strcmp(an->tensors[t].name, in->tensor))
+                an->ops->poke(an, t, an->tensors[t].n / 2, in->value);
     }
 }

@@ -88,4 +88,18 @@ AMP_HD static inline int amp_scale_update(amp_scale_state *s, const amp_scale_pa
     return s->scale != old;
 }
 
+/* One step's decision from its flags: found (a gradient not finite after
+ * unscaling) and loss (a cost layer's loss or delta not finite before
+ * scaling). A non-finite loss is a data or model problem: the step is skipped
+ * and the scaler left exactly as it is, whatever found says. Otherwise the
+ * step is skipped on an overflow and, with update_scale, the scale updated.
+ * Returns 1 when the step is skipped. */
+AMP_HD static inline int amp_step_decide(amp_scale_state *s, const amp_scale_params *p,
+                                         unsigned int found, unsigned int loss, int update_scale)
+{
+    if (loss) return 1;
+    if (update_scale) amp_scale_update(s, p, found != 0);
+    return found != 0;
+}
+
 #endif

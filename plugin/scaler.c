@@ -10,6 +10,7 @@
  */
 #include "core.h"
 #include "half.h" /* amp_f32_bits */
+#include "network.h" /* get_layer_string */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,8 +166,11 @@ static amp_status check_max_skips(const amp_scaler *s, char *err, size_t errlen)
 amp_status amp_scaler_apply(amp_scaler *s, char *err, size_t errlen)
 {
     int found_inf = s->pending_inf;
+    const int only_loss = s->pending_loss == s->pending;
     s->pending = 0;
     s->pending_inf = 0;
+    s->pending_loss = 0;
+    if (only_loss) return AMP_OK; /* skipped for the loss: the scale is not the cause */
     amp_scale_update(&s->state, &s->params, found_inf);
     return found_inf ? check_max_skips(s, err, errlen) : AMP_OK;
 }
@@ -182,6 +186,35 @@ amp_status amp_update(amp_scaler *s, char *err, size_t errlen)
 
 /* ---- a step's outcome ---- */
 
+/* A step skipped for a non-finite loss: a data or model problem, so the
+ * scale stays; amp_max_skips of them in a row stop the run. */
+static void loss_skipped(amp_net *an, const amp_step_outcome *o)
+{
+    amp_scaler *s = an->scaler;
+    const layer *l = &an->net->layers[o->loss_layer];
+    an->loss_skips += 1;
+    an->loss_skips_in_row += 1;
+    if (o->take_back_t) *an->net->t -= 1;
+    fprintf(stderr,
+            "amp: step %llu skipped: non-finite loss in layer %d [%s] at iteration %d (a data or "
+            "model problem, not an overflow: the loss scale stays %g)\n",
+            o->seq, o->loss_layer, get_layer_string(l->type), an->step_iteration, o->batch_scale);
+    if (o->state) {
+        s->state = *o->state; /* the device left it as it was */
+    } else {
+        s->pending += 1;
+        s->pending_loss += 1;
+        if (an->owns_scaler) amp_scaler_apply(s, NULL, 0);
+    }
+    if (s->opt.max_skips > 0 && an->loss_skips_in_row >= s->opt.max_skips)
+        amp_net_fail(an, AMP_ERR_NONFINITE,
+                     "amp: %ld consecutive steps skipped (amp_max_skips=%ld): the loss of layer %d "
+                     "[%s] is not finite, last at iteration %d; check the training data (labels) "
+                     "and the cost layer: the loss scale (%g) is not the cause",
+                     an->loss_skips_in_row, s->opt.max_skips, o->loss_layer,
+                     get_layer_string(l->type), an->step_iteration, s->state.scale);
+}
+
 void amp_step_settled(amp_net *an, const amp_step_outcome *o)
 {
     amp_scaler *s = an->scaler;
@@ -191,6 +224,11 @@ void amp_step_settled(amp_net *an, const amp_step_outcome *o)
         an->error[0] = 0;
         an->error_status = AMP_OK;
     }
+    if (o->loss_layer >= 0) {
+        loss_skipped(an, o);
+        return;
+    }
+    an->loss_skips_in_row = 0;
     if (o->skipped) {
         amp_describe_tensor(an, o->bad_tensor, an->bad, sizeof an->bad);
         if (o->take_back_t) *an->net->t -= 1;

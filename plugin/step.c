@@ -48,6 +48,7 @@ static void begin_batch(amp_net *an)
 {
     double t0 = an->env.profile ? amp_clock() : 0;
     an->grad_nonzero = an->grad_flushed = 0;
+    an->loss_bad = 0;
     an->ops->begin_batch(an);
     an->phase = AMP_PHASE_ACCUMULATING;
     if (an->env.profile) an->prof_scaling_s += amp_clock() - t0;
@@ -80,6 +81,7 @@ static void unscale(amp_net *an)
 static void begin_step(amp_net *an, int inside_update)
 {
     amp_net_sync(an, 1); /* a device's last step settled: in darknet's loop long done */
+    an->step_iteration = (int)get_current_batch(an->net); /* until this step is settled */
     if (an->phase == AMP_PHASE_ACCUMULATING) unscale(an);
     an->step_index += 1;
     an->phase = AMP_PHASE_STEPPED;
@@ -94,11 +96,11 @@ static void begin_step(amp_net *an, int inside_update)
         an->step_open = 1;
         return;
     }
-    an->skip_updates = an->found_inf;
-    if (an->found_inf) an->ops->restore(an);
+    an->skip_updates = an->found_inf || an->loss_bad;
+    if (an->skip_updates) an->ops->restore(an);
     else an->weights_version += 1; /* the updates below change them */
-    const amp_step_outcome o = {an->found_inf, an->bad_tensor, an->batch_scale, an->step_index,
-                                NULL, inside_update};
+    const amp_step_outcome o = {an->skip_updates, an->bad_tensor, an->batch_scale, an->step_index,
+                                NULL, inside_update, an->loss_bad - 1};
     amp_step_settled(an, &o);
 }
 
@@ -121,7 +123,12 @@ static void wrap_forward(layer l, network net)
         else begin_batch(an);
     }
     al->forward(l, net);
-    if (net.train) an->ops->scale_loss(an, &l);
+    if (!net.train) return;
+    /* A cost layer's loss is on the host on every backend. Not finite: a data
+     * or model problem (the scale has not touched it yet), not an overflow. */
+    amp_inject_delta(an, al->index, &l);
+    if (!an->loss_bad && l.cost && !amp_finite(*l.cost)) an->loss_bad = al->index + 1;
+    an->ops->scale_loss(an, &l, al->index);
 }
 
 static void wrap_backward(layer l, network net)

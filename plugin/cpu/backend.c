@@ -165,12 +165,20 @@ static void begin_batch(amp_net *an)
     }
 }
 
-static void scale_loss(amp_net *an, const layer *l)
+/* Checked before scaling: a non-finite delta here comes from the data or the
+ * cost layer, not from the scale. */
+static void scale_loss(amp_net *an, const layer *l, int index)
 {
     const float s = an->batch_scale;
-    if (!l->delta || s == 1.0f) return;
+    if (!l->delta) return;
     const size_t n = (size_t)l->outputs * l->batch;
-    for (size_t i = 0; i < n; ++i) l->delta[i] *= s;
+    int finite = 1;
+    for (size_t i = 0; i < n; ++i) {
+        const float d = l->delta[i];
+        finite &= amp_finite(d);
+        l->delta[i] = d * s;
+    }
+    if (!finite && !an->loss_bad) an->loss_bad = index + 1;
 }
 
 static void rescale(amp_net *an)
@@ -219,6 +227,12 @@ static void poke(amp_net *an, int k, size_t i, float value)
     an->tensors[k].grad[i] = value;
 }
 
+static void poke_delta(amp_net *an, const layer *l, size_t i, float value)
+{
+    (void)an;
+    if (l->delta) l->delta[i] = value;
+}
+
 static void describe(const amp_net *an, FILE *out)
 {
     int native = 0;
@@ -245,5 +259,6 @@ const amp_backend_ops amp_cpu_backend = {
     .restore = restore,
     .end_mid_batch = end_mid_batch,
     .poke = poke,
+    .poke_delta = poke_delta,
     .describe = describe,
 };

@@ -40,8 +40,44 @@ static void trace(const char *name, amp_scale_params p, float init, const char *
     failures += bad;
 }
 
+/* amp_step_decide: a step with a non-finite loss ('L') is skipped and leaves
+ * the whole state as it was, even with an overflow at the same step ('B'); the
+ * other steps follow amp_scale_update, so the trace equals the one without
+ * the L and B steps. */
+static void loss_trace(void)
+{
+    const char *flags = "..LLx.B.xL...x..LLLL.";
+    amp_scale_params p = params(2, .5f, 2, 2, 1, 1 << 24);
+    amp_scale_state s, ref;
+    amp_scale_state_init(&s, &p, 256);
+    amp_scale_state_init(&ref, &p, 256);
+    int bad = 0, kept = 0, nloss = 0;
+    printf("non-finite loss steps: %s\n  scale", flags);
+    for (size_t i = 0; flags[i]; ++i) {
+        const int loss = flags[i] == 'L' || flags[i] == 'B';
+        const int found = flags[i] == 'x' || flags[i] == 'B';
+        const amp_scale_state before = s;
+        const int skipped = amp_step_decide(&s, &p, found ? 3u : 0u, loss ? 9u : 0u, 1);
+        if (loss) {
+            ++nloss;
+            kept += !memcmp(&before, &s, sizeof s);
+            bad |= skipped != 1;
+        } else {
+            amp_scale_update(&ref, &p, found);
+            bad |= skipped != found || memcmp(&ref, &s, sizeof s) != 0;
+        }
+        printf(" %g", s.scale);
+    }
+    bad |= kept != nloss;
+    printf("\n  %d of %d loss steps skipped with the state untouched; the rest as "
+           "amp_scale_update (final scale %g, expected %g, %llu steps, %llu skips): %s\n",
+           kept, nloss, s.scale, ref.scale, s.steps, s.skips, bad ? "FAIL" : "ok");
+    failures += bad;
+}
+
 int main(void)
 {
+    loss_trace();
     {   /* growth after 3 good steps; an overflow backs off and resets the tracker */
         const float e[] = {8, 8, 16, 8, 8, 8, 16, 16, 16, 32};
         trace("growth at the interval, backoff resets the tracker", params(2, .5f, 3, 1, 1, 1 << 24),

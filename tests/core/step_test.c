@@ -15,7 +15,11 @@
  * as they were, the scale backs off once, the calls reach the backend in the
  * order the protocol says; an update with no training pass moves the weights
  * and weights_version; amp_max_skips stops with AMP_ERR_NONFINITE naming the
- * layer. For the device-decided kind also: the outcome is not on the host
+ * layer. A non-finite loss (a cost layer's delta before scaling, or its
+ * loss) skips the step with the scale and the scaler's counters as they
+ * were, names the cost layer, and amp_max_skips of them stop the run; a
+ * gradient overflow in the same run still backs off. For the device-decided
+ * kind also: the outcome is not on the host
  * before a sync, and a state file loaded while a step is in flight is not
  * overwritten by that step's outcome.
  */
@@ -35,10 +39,10 @@ typedef struct fake_net {
     float *params_saved;   /* parameters before a device-decided step */
     /* the "device" (device-decided kind) */
     amp_scale_state dev;
-    int dev_found, dev_skipped, dev_bad;
+    int dev_found, dev_skipped, dev_bad, dev_loss;
     unsigned long long dev_seq;
     amp_scale_state mirror;
-    int mirror_skipped, mirror_bad;
+    int mirror_skipped, mirror_bad, mirror_loss;
     unsigned long long mirror_seq;
     float mirror_batch_scale;
     int in_flight, arrived;
@@ -98,6 +102,7 @@ static void begin_batch(amp_net *an)
 {
     fake_net *f = fk(an);
     f->n_begin++;
+    f->dev_loss = 0;
     an->batch_scale = scale_of(an);
     for (int k = 0; k < an->ntensors; ++k) {
         amp_tensor *t = &an->tensors[k];
@@ -106,10 +111,17 @@ static void begin_batch(amp_net *an)
     }
 }
 
-static void scale_loss(amp_net *an, const layer *l)
+static void scale_loss(amp_net *an, const layer *l, int index)
 {
-    fk(an)->n_scale_loss++;
-    for (int i = 0; l->delta && i < l->outputs * l->batch; ++i) l->delta[i] *= an->batch_scale;
+    fake_net *f = fk(an);
+    int finite = 1;
+    f->n_scale_loss++;
+    for (int i = 0; l->delta && i < l->outputs * l->batch; ++i) {
+        finite &= amp_finite(l->delta[i]);
+        l->delta[i] *= an->batch_scale;
+    }
+    int *flag = an->ops->decide ? &f->dev_loss : &an->loss_bad;
+    if (!finite && !*flag) *flag = index + 1;
 }
 
 static void multiply(amp_net *an, float k, int *found, int *bad)
@@ -167,9 +179,10 @@ static void decide(amp_net *an)
 {
     fake_net *f = fk(an);
     f->n_decide++;
-    f->dev_skipped = f->dev_found;
+    if (!f->dev_loss) f->dev_loss = an->loss_bad; /* the host's, passed with the launch */
+    f->dev_skipped = amp_step_decide(&f->dev, &an->scaler->params, (unsigned)f->dev_found,
+                                     (unsigned)f->dev_loss, 1);
     f->dev_seq++;
-    amp_scale_update(&f->dev, &an->scaler->params, f->dev_found);
     if (f->dev_skipped) copy_params(an, 1);
 }
 
@@ -186,6 +199,7 @@ static void step_end(amp_net *an)
     f->mirror_skipped = f->dev_skipped;
     f->mirror_bad = f->dev_found ? f->dev_bad : -1;
     f->mirror_seq = f->dev_seq;
+    f->mirror_loss = f->dev_loss;
     f->mirror_batch_scale = an->batch_scale;
     f->in_flight = 1;
     f->arrived = 0;
@@ -200,7 +214,7 @@ static void sync(amp_net *an, int wait)
     f->in_flight = 0;
     const amp_scale_state st = f->mirror;
     const amp_step_outcome o = {f->mirror_skipped, f->mirror_bad, f->mirror_batch_scale,
-                                f->mirror_seq, &st, 1};
+                                f->mirror_seq, &st, 1, f->mirror_loss - 1};
     amp_step_settled(an, &o);
 }
 
@@ -220,12 +234,18 @@ static void poke(amp_net *an, int k, size_t i, float value)
     an->tensors[k].grad[i] = value;
 }
 
+static void poke_delta(amp_net *an, const layer *l, size_t i, float value)
+{
+    (void)an;
+    l->delta[i] = value;
+}
+
 static const amp_backend_ops host_decided = {
     .name = "fake host-decided", .default_dtype = AMP_DTYPE_FLOAT32, .slots = slots,
     .net_init = net_init, .net_free = net_free, .layer_install = layer_install,
     .layer_free = layer_free, .begin_batch = begin_batch, .scale_loss = scale_loss,
     .rescale = rescale, .unscale = unscale, .restore = restore, .end_mid_batch = end_mid_batch,
-    .poke = poke,
+    .poke = poke, .poke_delta = poke_delta,
 };
 
 static const amp_backend_ops device_decided = {
@@ -234,6 +254,7 @@ static const amp_backend_ops device_decided = {
     .layer_free = layer_free, .begin_batch = begin_batch, .scale_loss = scale_loss,
     .rescale = rescale, .unscale = unscale, .decide = decide, .step_end = step_end,
     .sync = sync, .push_state = push_state, .end_mid_batch = end_mid_batch, .poke = poke,
+    .poke_delta = poke_delta,
 };
 
 /* The registry (plugin/backends.c) is left out of this test's build: its
@@ -380,6 +401,84 @@ static void max_skips(const char *cfg, const amp_backend_ops *ops)
     free_network(net);
 }
 
+/* The last layer with a cost (the loss layer) of cfg's network. */
+static int cost_layer(const char *cfg)
+{
+    network *net = test_net(cfg, 0);
+    int c = -1;
+    for (int i = 0; i < net->n; ++i)
+        if (net->layers[i].cost) c = i;
+    free_network(net);
+    return c;
+}
+
+/* A non-finite loss is not an overflow: step 2's delta NaN and step 3's loss
+ * inf are skipped with the scaler untouched; step 4's gradient NaN backs off. */
+static void loss_steps(const char *cfg, const amp_backend_ops *ops)
+{
+    const char *kind = ops->name;
+    const int c = cost_layer(cfg);
+    char spec[128];
+    snprintf(spec, sizeof spec, "%d:delta:nan:2;%d:loss:inf:3;0:weights:nan:4", c, c);
+    setenv("DARKNET_AMP_INJECT", spec, 1);
+    network *net = build(cfg, ops, 3);
+    unsetenv("DARKNET_AMP_INJECT");
+    amp_net *an = amp_net_of(net);
+    amp_scaler *s = an->scaler;
+
+    test_inputs(net, 1, 1);
+    train_network_datum(net);
+    amp_net_sync(an, 1);
+    const amp_scale_state st1 = s->state;
+    const int t1 = *net->t;
+    float *before = params_of(an);
+    for (int k = 2; k <= 3; ++k) {
+        test_inputs(net, k, 1);
+        train_network_datum(net);
+        amp_net_sync(an, 1);
+        float *after = params_of(an);
+        const size_t d = test_ndiff(before, after, an->nparams);
+        free(after);
+        CHECK(d == 0 && an->skipped && an->loss_skips == (unsigned long long)(k - 1) &&
+                  !memcmp(&s->state, &st1, sizeof st1) && *net->t == t1 && !an->error[0],
+              "%s: step %d (%s of layer %d not finite) skipped: %zu parameters moved, scale %g "
+              "(was %g), scaler steps %llu skips %llu (were %llu, %llu), loss skips %llu, t %d "
+              "(was %d)", kind, k, k == 2 ? "delta" : "loss", c, d, s->state.scale, st1.scale,
+              s->state.steps, s->state.skips, st1.steps, st1.skips, an->loss_skips, *net->t, t1);
+    }
+    test_inputs(net, 4, 1);
+    train_network_datum(net);
+    amp_net_sync(an, 1);
+    CHECK(an->skipped && s->state.scale == st1.scale / 2 && s->state.skips == st1.skips + 1 &&
+              an->loss_skips == 2 && an->loss_skips_in_row == 0,
+          "%s: step 4 (a gradient NaN) skipped and backed off: scale %g, skips %llu, loss skips "
+          "%llu", kind, s->state.scale, s->state.skips, an->loss_skips);
+    free(before);
+    amp_detach(net);
+    free_network(net);
+
+    /* amp_max_skips=2 non-finite losses in a row stop the run naming the layer. */
+    snprintf(spec, sizeof spec, "%d:delta:inf:1,2", c);
+    setenv("DARKNET_AMP_INJECT", spec, 1);
+    net = build(cfg, ops, 2);
+    unsetenv("DARKNET_AMP_INJECT");
+    an = amp_net_of(net);
+    for (int k = 1; k <= 2; ++k) {
+        test_inputs(net, k, 1);
+        train_network_datum(net);
+    }
+    amp_net_sync(an, 1);
+    char layer_name[32];
+    snprintf(layer_name, sizeof layer_name, "layer %d", c);
+    CHECK(an->error_status == AMP_ERR_NONFINITE && strstr(an->error, "amp_max_skips=2") &&
+              strstr(an->error, "loss of") && strstr(an->error, layer_name) &&
+              an->scaler->state.scale == 65536.0f,
+          "%s: amp_max_skips=2 non-finite losses stop the run at scale %g: %s", kind,
+          an->scaler->state.scale, an->error);
+    amp_detach(net);
+    free_network(net);
+}
+
 /* A state file loaded while the device's last step is in flight: that step's
  * outcome is settled first, then the loaded state replaces it, on the host
  * and on the device. */
@@ -420,6 +519,8 @@ int main(int argc, char **argv)
     steps(argv[1], &device_decided);
     max_skips(argv[1], &host_decided);
     max_skips(argv[1], &device_decided);
+    loss_steps(argv[1], &host_decided);
+    loss_steps(argv[1], &device_decided);
     load_in_flight(argv[1], argv[2]);
     return check_report();
 }

@@ -239,11 +239,14 @@ static void unscale_check(void)
     cudaFree(dst);
 }
 
-/* The device's decisions against amp_scale_update on the host. */
+/* The device's decisions against the host's rule (amp_step_decide, which
+ * calls amp_scale_update): x an overflow, L a non-finite loss the host saw, D
+ * one the device saw (its flag set before the decision), B both with an
+ * overflow; a non-finite loss skips and leaves the scale alone. */
 static void scale_trace(void)
 {
     amp_scale_params p = {2.0f, 0.5f, 1.0f, 65536.0f, 3, 2, 1};
-    const char *flags = "..x.xx.......xxxxxx...........x.xx";
+    const char *flags = "..x.xx...L...xxxxxx..D.....B.x.xxL..";
     amp_gpu_state st;
     memset(&st, 0, sizeof st);
     amp_scale_state host;
@@ -254,16 +257,20 @@ static void scale_trace(void)
     size_t bad = 0, n = strlen(flags);
     printf("scale trace (growth every 3, hysteresis 2, within [1, 65536]), steps %s:\n ", flags);
     for (size_t i = 0; i < n; ++i) {
-        unsigned int f = flags[i] == 'x' ? 7u : 0u;
+        const char c = flags[i];
+        unsigned int f = c == 'x' || c == 'B' ? 7u : 0u;
+        unsigned int dl = c == 'D' || c == 'B' ? 5u : 0u, hl = c == 'L' ? 3u : 0u;
         CUDA(cudaMemcpy(&d->found, &f, 4, cudaMemcpyHostToDevice));
-        LAUNCH(amp_cuda_decide(d, p, 1, 0, ERR));
+        CUDA(cudaMemcpy(&d->loss, &dl, 4, cudaMemcpyHostToDevice));
+        LAUNCH(amp_cuda_decide(d, p, 1, hl, ERR));
         CUDA(cudaMemcpy(&st, d, sizeof st, cudaMemcpyDeviceToHost));
-        amp_scale_update(&host, &p, f != 0);
+        const int skip = amp_step_decide(&host, &p, f, dl ? dl : hl, 1);
         printf(" %g", st.st.scale);
         bad += st.st.scale != host.scale || st.st.growth_tracker != host.growth_tracker ||
                st.st.hysteresis_left != host.hysteresis_left ||
                st.st.consecutive_skips != host.consecutive_skips || st.st.steps != host.steps ||
-               st.st.skips != host.skips || st.skipped != (f != 0) || st.seq != i + 1;
+               st.st.skips != host.skips || st.skipped != (unsigned)skip || st.seq != i + 1 ||
+               st.loss != (dl ? dl : hl);
     }
     printf("\n");
     CHECK(bad == 0, "device decisions equal the host rule at every one of %zu steps (%zu differ); "

@@ -262,7 +262,7 @@ static void scale_trace(void)
         unsigned int dl = c == 'D' || c == 'B' ? 5u : 0u, hl = c == 'L' ? 3u : 0u;
         CUDA(cudaMemcpy(&d->found, &f, 4, cudaMemcpyHostToDevice));
         CUDA(cudaMemcpy(&d->loss, &dl, 4, cudaMemcpyHostToDevice));
-        LAUNCH(amp_cuda_decide(d, p, 1, hl, ERR));
+        LAUNCH(amp_cuda_decide(d, p, 1, hl, 0, ERR));
         CUDA(cudaMemcpy(&st, d, sizeof st, cudaMemcpyDeviceToHost));
         const int skip = amp_step_decide(&host, &p, f, dl ? dl : hl, 1);
         printf(" %g", st.st.scale);

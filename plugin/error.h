@@ -35,6 +35,13 @@
 /* snprintf into err (NULL or errlen 0: nothing); returns the length it wanted. */
 int amp_errorf(char *err, size_t errlen, const char *fmt, ...) AMP_PRINTF(3, 4);
 
+/* Text from outside (a cfg value, an environment variable) as a message
+ * quotes it: printable ASCII as is, any other byte as \xNN, cut after max
+ * characters with "...", so that the message stays one readable line that
+ * fits AMP_MSG_LEN. Writes out (NUL-terminated; s NULL reads as "") and
+ * returns it. */
+const char *amp_show(char *out, size_t size, const char *s, size_t max);
+
 #define AMP_RETURN_ERROR_IF(cond, status, err, errlen, ...)                                       \
     do {                                                                                          \
         if (cond) {                                                                               \

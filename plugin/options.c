@@ -3,9 +3,10 @@
  * darknet itself reads numbers with atoi/atof, which turn "2x" into 2 and
  * "abc" into 0 without a word. These keys decide whether training diverges,
  * so they are read strictly instead: plain decimal only, the whole value
- * consumed, finite, representable as a float, in range, and each key at most
- * once. Values are checked as the float (or int) they will be stored as, so
- * amp_growth_factor=1.00000000001 (1.0f) is refused like 1 would be.
+ * consumed, finite, representable as a float, in range, not empty, and each
+ * key at most once. Values are checked as the float (or int) they will be
+ * stored as, so amp_growth_factor=1.00000000001 (1.0f) is refused like 1
+ * would be.
  */
 #include "options.h"
 #include "core.h" /* amp_errorf, amp_options_invalid, amp_env */
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 
 void amp_options_init(amp_options *o, amp_dtype dtype)
@@ -138,22 +140,7 @@ typedef struct text {
 #define SHOW_MAX 72 /* characters of a key or value shown; then "..." */
 static const char *show(text *t, const char *s)
 {
-    size_t n = 0;
-    if (!s) s = "";
-    /* room left for one "\xNN" escape, "..." and the NUL */
-    for (; *s && n < SHOW_MAX && n + 8 < sizeof t->s; ++s) {
-        unsigned char c = (unsigned char)*s;
-        if (isprint(c))
-            t->s[n++] = (char)c;
-        else
-            n += (size_t)snprintf(t->s + n, sizeof t->s - n, "\\x%02x", c);
-    }
-    if (*s) {
-        memcpy(t->s + n, "...", 3);
-        n += 3;
-    }
-    t->s[n] = '\0';
-    return t->s;
+    return amp_show(t->s, sizeof t->s, s, SHOW_MAX);
 }
 
 /* "key=value" as written, or "key=<default> (default)" when absent. */
@@ -314,6 +301,9 @@ static amp_status check_value(int id, const kvp *p, parsed *v, const char *where
         AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
                          "%s %s: no value (the line has no '='): %s", where, key.s,
                          k->expect);
+    if (!*s)
+        AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen, "%s %s=: no value after '=': %s", where,
+                         key.s, k->expect);
     switch (k->kind) {
     case KIND_INTEGER: {
         long x;
@@ -356,44 +346,104 @@ static amp_status check_value(int id, const kvp *p, parsed *v, const char *where
                      "%s %s=%s: internal error: unhandled key kind", where, key.s, val.s);
 }
 
+/* ---- Keys darknet drops ---- */
+
+/* darknet's read_option (option_list.c) drops a line whose value is empty,
+ * "amp_dtype=" after read_cfg has stripped its spaces, with only "Config
+ * file error line N, could parse: amp_dtype" on stderr: the key never
+ * reaches the section's list, and its default would apply in silence. So
+ * the cfg file is read again, line by line as read_cfg reads it (spaces,
+ * tabs stripped; '[' opens a section; '#', ';' and empty lines skipped), and
+ * each such line of one section (0: [net], i + 1: layer i, as darknet counts
+ * them) goes through check with an empty value, like a key of the list. A
+ * file that cannot be opened (a list built in code, not read from cfgfile)
+ * or that is not a regular file (a pipe: already read) is not read again. */
+typedef amp_status (*key_fn)(kvp *p, void *ctx, const char *where, char *err, size_t errlen);
+
+static amp_status dropped_keys(const char *cfgfile, int section, key_fn check, void *ctx,
+                               const char *where, char *err, size_t errlen)
+{
+    struct stat sb;
+    FILE *f = cfgfile ? fopen(cfgfile, "r") : NULL;
+    char *line = NULL;
+    size_t cap = 0;
+    int at = -1;
+    amp_status st = AMP_OK;
+    if (!f) return AMP_OK;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return AMP_OK;
+    }
+    while (st == AMP_OK && getline(&line, &cap, f) >= 0) {
+        char *r = line, *w = line, *eq;
+        for (; *r; ++r) /* darknet's strip() */
+            if (*r != ' ' && *r != '\t' && *r != '\n') *w++ = *r;
+        *w = '\0';
+        if (line[0] == '[') {
+            if (++at > section) break;
+            continue;
+        }
+        if (at != section || !line[0] || line[0] == '#' || line[0] == ';') continue;
+        eq = strchr(line, '=');
+        if (!eq || eq[1]) continue; /* read_option kept it */
+        *eq = '\0';
+        {
+            kvp p = {line, eq + 1, 0};
+            st = check(&p, ctx, where, err, errlen);
+        }
+    }
+    free(line);
+    fclose(f);
+    return st;
+}
+
 /* ---- [net] ---- */
 
-static amp_status read_net_keys(list *l, const char *where, parsed *v, char *err, size_t errlen)
+/* One key of [net]: an AMP key is checked and stored in v (others are
+ * darknet's: ignored). */
+static amp_status net_key(kvp *p, void *ctx, const char *where, char *err, size_t errlen)
+{
+    parsed *v = ctx;
+    int id;
+    if (!p || !p->key) return AMP_OK;
+    id = find_key(p->key);
+    if (id < 0) {
+        char known[AMP_MSG_LEN / 2];
+        const char *guess;
+        text key, val;
+        if (!looks_like_amp_key(p->key)) return AMP_OK;
+        guess = suggest(p->key);
+        known_keys(known, sizeof known);
+        AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                         "%s %s=%s: unknown AMP key%s%s%s; known keys: %s", where,
+                         show(&key, p->key), show(&val, p->val),
+                         guess ? " (did you mean " : "", guess ? guess : "",
+                         guess ? "?)" : "", known);
+    }
+    p->used = 1;
+    /* A missing value is that, whether or not the key came before. */
+    if (!p->val || !*p->val) return check_value(id, p, v, where, err, errlen);
+    if (v->kv[id]) {
+        text now, first;
+        AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                         "%s %s=%s: %s is given twice (first as %s=%s); keep one",
+                         where, keys[id].name, show(&now, p->val), keys[id].name, keys[id].name,
+                         show(&first, v->kv[id]->val));
+    }
+    v->kv[id] = p;
+    return check_value(id, p, v, where, err, errlen);
+}
+
+static amp_status read_net_keys(list *l, const char *cfgfile, const char *where, parsed *v,
+                                char *err, size_t errlen)
 {
     node *n;
     memset(v, 0, sizeof *v);
-    for (n = l ? l->front : NULL; n; n = n->next) {
-        kvp *p = (kvp *)n->val;
-        int id;
-        amp_status st;
-        if (!p || !p->key) continue;
-        id = find_key(p->key);
-        if (id < 0) {
-            char known[AMP_MSG_LEN / 2];
-            const char *guess;
-            text key, val;
-            if (!looks_like_amp_key(p->key)) continue;
-            guess = suggest(p->key);
-            known_keys(known, sizeof known);
-            AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
-                             "%s %s=%s: unknown AMP key%s%s%s; known keys: %s", where,
-                             show(&key, p->key), show(&val, p->val),
-                             guess ? " (did you mean " : "", guess ? guess : "",
-                             guess ? "?)" : "", known);
-        }
-        p->used = 1;
-        if (v->kv[id]) {
-            text now, first;
-            AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
-                             "%s %s=%s: %s is given twice (first as %s=%s); keep one",
-                             where, keys[id].name, show(&now, p->val), keys[id].name, keys[id].name,
-                             show(&first, v->kv[id]->val));
-        }
-        v->kv[id] = p;
-        st = check_value(id, p, v, where, err, errlen);
-        if (st != AMP_OK) return st;
-    }
-    return AMP_OK;
+    for (n = l ? l->front : NULL; n; n = n->next)
+        AMP_FORWARD_IF_ERROR(net_key((kvp *)n->val, v, where, err, errlen));
+    /* net_key refuses an empty value before storing the key in v: no
+     * pointer to a dropped line's kvp stays there. */
+    return dropped_keys(cfgfile, 0, net_key, v, where, err, errlen);
 }
 
 static void make_dynamic(amp_options *o)
@@ -483,7 +533,7 @@ amp_status amp_options_parse_net(list *net_options, const char *cfgfile, amp_dty
                          where, (int)default_dtype);
     }
     amp_options_init(o, default_dtype);
-    st = read_net_keys(net_options, where, &v, err, errlen);
+    st = read_net_keys(net_options, cfgfile, where, &v, err, errlen);
     if (st == AMP_OK) st = combine(&v, where, default_dtype, &result, err, errlen);
     if (st != AMP_OK) return st;
     *o = result;
@@ -493,14 +543,51 @@ amp_status amp_options_parse_net(list *net_options, const char *cfgfile, amp_dty
 
 /* ---- Layer sections ---- */
 
+typedef struct layer_keys {
+    parsed v;
+    const kvp *amp; /* the amp key, once seen */
+} layer_keys;
+
+/* One key of a layer section: amp is checked; another AMP key is an error. */
+static amp_status layer_key(kvp *p, void *ctx, const char *where, char *err, size_t errlen)
+{
+    layer_keys *lk = ctx;
+    text key, val, first;
+    if (!p || !p->key) return AMP_OK;
+    if (strcmp(p->key, "amp") != 0) {
+        const char *guess;
+        if (!looks_like_amp_key(p->key)) return AMP_OK;
+        show(&key, p->key);
+        show(&val, p->val);
+        if (find_key(p->key) >= 0)
+            AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                             "%s %s=%s: this key belongs in [net]; a layer section takes only "
+                             "amp=0 (stay float32) or amp=1",
+                             where, key.s, val.s);
+        guess = suggest(p->key);
+        AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                         "%s %s=%s: unknown AMP key%s%s%s; a layer section takes only amp=0 "
+                         "(stay float32) or amp=1",
+                         where, key.s, val.s, guess ? " (did you mean " : "",
+                         guess ? guess : "", guess ? "?)" : "");
+    }
+    p->used = 1;
+    if (!p->val || !*p->val) return check_value(K_AMP, p, &lk->v, where, err, errlen);
+    if (lk->amp)
+        AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                         "%s amp=%s: amp is given twice (first as amp=%s); keep one",
+                         where, show(&val, p->val), show(&first, lk->amp->val));
+    lk->amp = p;
+    return check_value(K_AMP, p, &lk->v, where, err, errlen);
+}
+
 amp_status amp_options_parse_layer(list *layer_options, const char *cfgfile, int index,
                                    const char *type, int *half_allowed, char *err, size_t errlen)
 {
     char where[AMP_MSG_LEN];
-    const kvp *amp = NULL;
-    parsed v;
+    layer_keys lk;
     node *n;
-    text t, key, val, first;
+    text t;
     int bracketed = type && type[0] == '[';
     if (err && errlen) err[0] = '\0';
     snprintf(where, sizeof where, "%s: layer %d %s%s%s", cfgfile ? cfgfile : "(cfg)", index,
@@ -510,38 +597,12 @@ amp_status amp_options_parse_layer(list *layer_options, const char *cfgfile, int
                          "%s: amp_options_parse_layer: half_allowed must not be NULL",
                          where);
     *half_allowed = 1;
-    memset(&v, 0, sizeof v);
-    for (n = layer_options ? layer_options->front : NULL; n; n = n->next) {
-        kvp *p = (kvp *)n->val;
-        amp_status st;
-        if (!p || !p->key) continue;
-        if (strcmp(p->key, "amp") != 0) {
-            const char *guess;
-            if (!looks_like_amp_key(p->key)) continue;
-            show(&key, p->key);
-            show(&val, p->val);
-            if (find_key(p->key) >= 0)
-                AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
-                                 "%s %s=%s: this key belongs in [net]; a layer section takes only "
-                                 "amp=0 (stay float32) or amp=1",
-                                 where, key.s, val.s);
-            guess = suggest(p->key);
-            AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
-                             "%s %s=%s: unknown AMP key%s%s%s; a layer section takes only amp=0 "
-                             "(stay float32) or amp=1",
-                             where, key.s, val.s, guess ? " (did you mean " : "",
-                             guess ? guess : "", guess ? "?)" : "");
-        }
-        p->used = 1;
-        if (amp)
-            AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
-                             "%s amp=%s: amp is given twice (first as amp=%s); keep one",
-                             where, show(&val, p->val), show(&first, amp->val));
-        amp = p;
-        st = check_value(K_AMP, p, &v, where, err, errlen);
-        if (st != AMP_OK) return st;
-    }
-    if (amp) *half_allowed = (int)v.integer[K_AMP];
+    memset(&lk, 0, sizeof lk);
+    for (n = layer_options ? layer_options->front : NULL; n; n = n->next)
+        AMP_FORWARD_IF_ERROR(layer_key((kvp *)n->val, &lk, where, err, errlen));
+    if (index >= 0 && index < INT_MAX)
+        AMP_FORWARD_IF_ERROR(dropped_keys(cfgfile, index + 1, layer_key, &lk, where, err, errlen));
+    if (lk.amp) *half_allowed = (int)lk.v.integer[K_AMP];
     return AMP_OK;
 }
 

@@ -6,6 +6,10 @@
  * file, the section, key=value as written and what would be valid, e.g.
  *   "yolo.cfg: [net] amp_growth_factor=abc: expected a number > 1"
  * Keys that were read are marked used, so darknet does not report them.
+ *
+ * An empty value ("amp_dtype=") is an error too. darknet's read_cfg drops
+ * such a line before the list is made, so when cfgfile names a regular
+ * file it is read again for the AMP keys dropped from the section parsed.
  */
 #ifndef AMP_OPTIONS_H
 #define AMP_OPTIONS_H

@@ -17,9 +17,12 @@ amp_status amp_cpu_path_parse(const char *value, amp_cpu_path *out, char *err, s
     if (!value || !*value || !strcmp(value, "auto")) *out = AMP_CPU_AUTO;
     else if (!strcmp(value, "onednn")) *out = AMP_CPU_ONEDNN;
     else if (!strcmp(value, "emulate")) *out = AMP_CPU_EMULATE;
-    else
+    else {
+        char shown[256]; /* any bytes, any length: escaped and cut */
         AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
-                         "DARKNET_AMP_CPU=%s: expected auto, onednn or emulate", value);
+                         "DARKNET_AMP_CPU=%s: expected auto, onednn or emulate",
+                         amp_show(shown, sizeof shown, value, 64));
+    }
     return AMP_OK;
 }
 

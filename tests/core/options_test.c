@@ -420,10 +420,28 @@ static const bad_case bad_values[] = {
     {"amp_dtype=float16\namp_dtype=bfloat16",
      "amp_dtype=bfloat16|given twice|amp_dtype=float16"},
     {"amp_dtype", "amp_dtype|no value|expected float16, bfloat16 or float32"},
+
+    /* An empty value: darknet's read_cfg drops "key=" lines (with a "could
+     * parse" warning), so the plugin reads the cfg file again for them
+     * rather than let the default apply in silence. Spaces are stripped. */
+    {"amp_dtype=", "amp_dtype=: no value after '='|expected float16, bfloat16 or float32"},
+    {"amp_dtype = ", "amp_dtype=: no value after '='|expected float16, bfloat16 or float32"},
+    {"loss_scale=", "loss_scale=: no value after '='|expected dynamic or a number > 0"},
+    {"amp_init_scale=\t", "amp_init_scale=: no value after '='|expected a number > 0"},
+    {"amp_growth_factor=", "amp_growth_factor=: no value after '='|expected a number > 1"},
+    {"amp_backoff_factor=", "amp_backoff_factor=: no value after '='|expected a number in (0, 1)"},
+    {"amp_growth_interval=", "amp_growth_interval=: no value after '='|expected an integer >= 1"},
+    {"amp_hysteresis=", "amp_hysteresis=: no value after '='|expected an integer >= 1"},
+    {"amp_min_scale=", "amp_min_scale=: no value after '='|expected a number > 0"},
+    {"amp_max_scale=", "amp_max_scale=: no value after '='|expected a number > 0"},
+    {"amp_max_skips=", "amp_max_skips=: no value after '='|expected an integer >= 0"},
+    {"amp_dtype=fp16\namp_dtype=", "amp_dtype=: no value after '='|expected float16"},
+    {"amp_growth_intervall=", "amp_growth_intervall=: unknown AMP key|did you mean"},
 };
 
 /* The amp key itself. */
 static const bad_case bad_switch[] = {
+    {"amp=", "amp=: no value after '='|expected 0 or 1"},
     {"amp=2", "amp=2|expected 0 or 1"},
     {"amp=abc", "amp=abc|expected 0 or 1"},
     {"amp=-1", "amp=-1|expected 0 or 1"},
@@ -541,6 +559,25 @@ static void layer_values(void)
     expect_layer("amp_dtype=float16", AMP_ERR_INVALID, 1, "amp_dtype=float16|belongs in [net]");
     expect_layer("loss_scale=8", AMP_ERR_INVALID, 1, "loss_scale=8|belongs in [net]");
     expect_layer("amp_of=1", AMP_ERR_INVALID, 1, "amp_of=1|unknown AMP key|amp=0");
+    /* Empty values, which read_cfg drops: refused for AMP keys (the cfg file
+     * is read again), left to darknet for its own keys. */
+    expect_layer("amp=", AMP_ERR_INVALID, 1, "amp=: no value after '='|expected 0 or 1");
+    expect_layer("amp=0\namp = ", AMP_ERR_INVALID, 1, "amp=: no value after '='");
+    expect_layer("amp_dtype=", AMP_ERR_INVALID, 1, "amp_dtype=|belongs in [net]");
+    expect_layer("amp_of=", AMP_ERR_INVALID, 1, "amp_of=|unknown AMP key");
+    expect_layer("groups=\namp=0", AMP_OK, 0, NULL);
+    {
+        /* An empty value belongs to its own section: [net] is fine. */
+        char path[512], msg[512];
+        list *sections = read_sections(path, sizeof path, "amp=1", "amp=");
+        amp_options o;
+        int on = -1;
+        st = amp_options_parse_net(section_at(sections, 0)->options, path, AMP_DTYPE_FLOAT16, &on,
+                                   &o, msg, sizeof msg);
+        report(st == AMP_OK && on == 1, "[net] amp=1 with [convolutional] amp=",
+               msg[0] ? msg : "AMP_OK");
+        free_sections(sections);
+    }
 
     /* A type given without brackets gets them. */
     st = amp_options_parse_layer(NULL, "x.cfg", 7, "connected", &half, err, sizeof err);

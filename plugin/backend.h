@@ -55,8 +55,9 @@ struct amp_backend_ops {
     void (*begin_batch)(amp_net *an);
     /* A loss layer's delta (its gradient) multiplied by the batch's scale;
      * a delta element not finite before scaling marks the batch's loss as
-     * bad (host-decided: an->loss_bad = index + 1 if not yet set; device-
-     * decided: a device flag its decide() reads). */
+     * bad (host-decided: an->loss_bad = index + 1 and an->loss_element the
+     * first such element, if not yet set; device-decided: a device flag its
+     * decide() reads). */
     void (*scale_loss)(amp_net *an, const layer *l, int index);
     /* A backward after amp_unscale: the histories multiplied by the scale again. */
     void (*rescale)(amp_net *an);

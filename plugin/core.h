@@ -173,6 +173,8 @@ struct amp_net {
     int bad_tensor;              /* host-decided steps: the first non-finite one, or -1 */
     int loss_bad;                /* this batch: 1 + the first cost layer whose loss or delta
                                     (before scaling) was not finite, else 0 */
+    long loss_element;           /* the first non-finite delta element found, or -1 */
+    char loss_where[AMP_MSG_LEN]; /* the images of that batch, where darknet knows them */
     int step_iteration;          /* darknet's iteration of the step being decided */
     unsigned long long loss_skips; /* steps skipped for a non-finite loss */
     long loss_skips_in_row;

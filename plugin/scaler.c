@@ -195,10 +195,12 @@ static void loss_skipped(amp_net *an, const amp_step_outcome *o)
     an->loss_skips += 1;
     an->loss_skips_in_row += 1;
     if (o->take_back_t) *an->net->t -= 1;
+    const char *sep = an->loss_where[0] ? ", " : "";
     fprintf(stderr,
-            "amp: step %llu skipped: non-finite loss in layer %d [%s] at iteration %d (a data or "
-            "model problem, not an overflow: the loss scale stays %g)\n",
-            o->seq, o->loss_layer, get_layer_string(l->type), an->step_iteration, o->batch_scale);
+            "amp: step %llu skipped: non-finite loss in layer %d [%s] at iteration %d%s%s (a data "
+            "or model problem, not an overflow: the loss scale stays %g)\n",
+            o->seq, o->loss_layer, get_layer_string(l->type), an->step_iteration, sep,
+            an->loss_where, o->batch_scale);
     if (o->state) {
         s->state = *o->state; /* the device left it as it was */
     } else {
@@ -209,10 +211,11 @@ static void loss_skipped(amp_net *an, const amp_step_outcome *o)
     if (s->opt.max_skips > 0 && an->loss_skips_in_row >= s->opt.max_skips)
         amp_net_fail(an, AMP_ERR_NONFINITE,
                      "amp: %ld consecutive steps skipped (amp_max_skips=%ld): the loss of layer %d "
-                     "[%s] is not finite, last at iteration %d; check the training data (labels) "
-                     "and the cost layer: the loss scale (%g) is not the cause",
+                     "[%s] is not finite, last at iteration %d%s%s; check the training data "
+                     "(labels) and the cost layer: the loss scale (%g) is not the cause",
                      an->loss_skips_in_row, s->opt.max_skips, o->loss_layer,
-                     get_layer_string(l->type), an->step_iteration, s->state.scale);
+                     get_layer_string(l->type), an->step_iteration, sep, an->loss_where,
+                     s->state.scale);
 }
 
 void amp_step_settled(amp_net *an, const amp_step_outcome *o)

@@ -49,6 +49,8 @@ static void begin_batch(amp_net *an)
     double t0 = an->env.profile ? amp_clock() : 0;
     an->grad_nonzero = an->grad_flushed = 0;
     an->loss_bad = 0;
+    an->loss_element = -1;
+    an->loss_where[0] = 0;
     an->ops->begin_batch(an);
     an->phase = AMP_PHASE_ACCUMULATING;
     if (an->env.profile) an->prof_scaling_s += amp_clock() - t0;
@@ -114,6 +116,27 @@ static void end_step(amp_net *an)
 
 /* ---- the wrappers ---- */
 
+/* Where darknet knows the batch's image paths (patch 0013): the image whose
+ * delta was not finite, or the batch's first few, for the skip message. */
+static void describe_loss_batch(amp_net *an, const layer *l)
+{
+    char **paths = an->net->paths;
+    const int n = l->batch;
+    an->loss_where[0] = 0;
+    if (!paths || n < 1) return;
+    const long b = an->loss_element >= 0 && l->outputs > 0 ? an->loss_element / l->outputs : -1;
+    if (b >= 0 && b < n) {
+        snprintf(an->loss_where, sizeof an->loss_where, "image %s", paths[b]);
+        return;
+    }
+    size_t k = (size_t)snprintf(an->loss_where, sizeof an->loss_where, "batch of %d images: %s", n,
+                                paths[0]);
+    for (int i = 1; i < n && i < 3 && k < sizeof an->loss_where; ++i)
+        k += (size_t)snprintf(an->loss_where + k, sizeof an->loss_where - k, ", %s", paths[i]);
+    if (n > 3 && k < sizeof an->loss_where)
+        snprintf(an->loss_where + k, sizeof an->loss_where - k, " and %d more", n - 3);
+}
+
 static void wrap_forward(layer l, network net)
 {
     const amp_layer *al = l.hook_data;
@@ -126,9 +149,11 @@ static void wrap_forward(layer l, network net)
     if (!net.train) return;
     /* A cost layer's loss is on the host on every backend. Not finite: a data
      * or model problem (the scale has not touched it yet), not an overflow. */
+    const int was_bad = an->loss_bad;
     amp_inject_delta(an, al->index, &l);
-    if (!an->loss_bad && l.cost && !amp_finite(*l.cost)) an->loss_bad = al->index + 1;
     an->ops->scale_loss(an, &l, al->index);
+    if (!an->loss_bad && l.cost && !amp_finite(*l.cost)) an->loss_bad = al->index + 1;
+    if (!was_bad && an->loss_bad) describe_loss_batch(an, &l);
 }
 
 static void wrap_backward(layer l, network net)

@@ -176,12 +176,15 @@ static void scale_loss(amp_net *an, const layer *l, int index)
     if (!l->delta) return;
     const size_t n = (size_t)l->outputs * l->batch;
     int finite = 1;
-    for (size_t i = 0; i < n; ++i) {
-        const float d = l->delta[i];
-        finite &= amp_finite(d);
-        l->delta[i] = d * s;
+    for (size_t i = 0; i < n; ++i) finite &= amp_finite(l->delta[i]);
+    if (!finite && !an->loss_bad) {
+        an->loss_bad = index + 1;
+        size_t i = 0;
+        while (amp_finite(l->delta[i])) ++i;
+        an->loss_element = (long)i; /* names the image */
     }
-    if (!finite && !an->loss_bad) an->loss_bad = index + 1;
+    if (s != 1.0f)
+        for (size_t i = 0; i < n; ++i) l->delta[i] *= s;
 }
 
 static void rescale(amp_net *an)

@@ -12,7 +12,9 @@
  * in PyTorch); the scale halved; the skip names the layer; step 4
  * runs and changes the weights. TENSOR delta or loss (LAYER a cost layer):
  * a non-finite loss, not an overflow: the same checks, except that the
- * scale and the scaler's counters stay as they were.
+ * scale and the scaler's counters stay as they were, and the skip names the
+ * image whose delta was not finite (delta: the middle element's, image
+ * batch/2 of the paths train_network would set) or the batch (loss).
  */
 #include "core.h"
 
@@ -95,7 +97,15 @@ int main(int argc, char **argv)
     CHECK(nonzero > an->nparams / 2, "momentum history after 2 steps is non-trivial "
                                      "(%zu of %zu elements non-zero)", nonzero, an->nparams);
 
+    /* What train_network sets from the loader's paths (patch 0013). */
+    char names[64][16], *paths[64];
+    for (int b = 0; b < net->batch && b < 64; ++b) {
+        snprintf(names[b], sizeof names[b], "img%d.png", b);
+        paths[b] = names[b];
+    }
+    net->paths = net->batch <= 64 ? paths : NULL;
     train_step(net); /* step 3: injected */
+    net->paths = NULL;
     snapshot skipped = take(net);
     size_t wdiff, hdiff;
     compare(&before, &skipped, an, &wdiff, &hdiff);
@@ -109,6 +119,13 @@ int main(int argc, char **argv)
     if (loss) {
         CHECK(skipped.scale == before.scale, "a non-finite %s: the scale stays %g (was %g)",
               argv[3], skipped.scale, before.scale);
+        char want[64];
+        if (!strcmp(argv[3], "delta"))
+            snprintf(want, sizeof want, "image img%d.png", net->batch / 2);
+        else
+            snprintf(want, sizeof want, "batch of %d images: img0.png", net->batch);
+        CHECK(strstr(an->loss_where, want) != NULL, "the skip names \"%s\" (wanted \"%s\")",
+              an->loss_where, want);
         CHECK(an->loss_skips == 1 && amp_scaler_skips(an->scaler) == 0 &&
                   amp_scaler_steps(an->scaler) == 2,
               "counted as a loss skip (%llu), not by the scaler (%llu steps, %llu skipped)",

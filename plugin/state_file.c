@@ -252,7 +252,9 @@ amp_status amp_weights_identify(const char *weights, amp_weights_id *id, char *e
     free(buf);
     close(fd);
     memcpy(head, first, sizeof head);
-    const int long_seen = head[0] * 10 + head[1] >= 2 && head[0] < 1000 && head[1] < 1000;
+    /* darknet's test, in a width where any header's major*10 cannot overflow */
+    const int long_seen =
+        (long long)head[0] * 10 + head[1] >= 2 && head[0] < 1000 && head[1] < 1000;
     const size_t need = sizeof head + (long_seen ? sizeof(size_t) : sizeof(int));
     AMP_RETURN_ERROR_IF(nfirst < need, AMP_ERR_FORMAT, err, errlen,
                         "weights file %s: %llu bytes, shorter than darknet's %zu-byte header",

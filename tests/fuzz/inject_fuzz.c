@@ -343,6 +343,7 @@ static void check(fz_run *run, fz_rng *r, const input *in)
 static void setup(const char *cfg)
 {
     char err[AMP_MSG_LEN];
+    gpu_index = -1; /* a CPU network, in a CUDA build too */
     network *net = parse_network_cfg((char *)cfg);
     an = net ? amp_net_new(net) : NULL;
     if (!an || amp_collect_tensors(an, err, sizeof err) != AMP_OK || !an->ntensors) {

@@ -46,7 +46,9 @@ static const char *precision_name(amp_precision p, amp_impl b, amp_dtype dtype, 
     switch (p) {
     case AMP_PRECISION_HALF:
         snprintf(buf, n, "%s (%s)", amp_dtype_name(dtype),
-                 b == AMP_IMPL_ONEDNN  ? "oneDNN"
+                 b == AMP_IMPL_ONEDNN && dtype == AMP_DTYPE_FLOAT16
+                     ? "oneDNN float32 kernels, float16 operands"
+                 : b == AMP_IMPL_ONEDNN ? "oneDNN"
                  : b == AMP_IMPL_CUDNN  ? "cuDNN"
                  : b == AMP_IMPL_CUBLAS ? "cuBLAS"
                                         : "emulated");

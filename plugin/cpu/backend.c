@@ -75,7 +75,8 @@ static void layer_free(amp_layer *al)
 }
 
 /* The half path of one layer (or sub-layer): oneDNN where it runs the
- * convolution and DARKNET_AMP_CPU allows, else the emulation. */
+ * convolution and DARKNET_AMP_CPU allows (bfloat16 in bfloat16, float16 as
+ * float32 kernels on float16-rounded operands), else the emulation. */
 static amp_status half_path(amp_layer *al, layer *l, char *why, size_t whylen)
 {
     const cpu_net *cn = cpu_net_of(al->owner);
@@ -85,7 +86,7 @@ static amp_status half_path(amp_layer *al, layer *l, char *why, size_t whylen)
         AMP_RETURN_ERROR_IF(!al->bk, AMP_ERR_NOMEM, why, whylen, "out of memory");
     }
     if (l->type == CONVOLUTIONAL && cn->path != AMP_CPU_EMULATE &&
-        (dtype == AMP_DTYPE_BFLOAT16 || cn->path == AMP_CPU_ONEDNN)) {
+        (dtype != AMP_DTYPE_FLOAT32 || cn->path == AMP_CPU_ONEDNN)) {
         char whynot[AMP_MSG_LEN];
         if (amp_onednn_conv_install(al, l, dtype, whynot, sizeof whynot) == AMP_OK) return AMP_OK;
         if (cn->path == AMP_CPU_ONEDNN)

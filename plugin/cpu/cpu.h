@@ -5,7 +5,9 @@
  *              which half path a layer gets
  *   half.c     the exact half emulation: darknet's GEMM on half-rounded
  *              values, with a GPU's rounding points (the numerics reference)
- *   onednn.c   bfloat16 (and float32) convolutions through oneDNN
+ *   onednn.c   bfloat16, float16 (float32 kernels on float16-rounded operands) and
+ *              float32 convolutions through oneDNN
+ *   round.c    float32 arrays rounded to float16 in place, fast (F16C)
  *   tail.c     batch-norm, bias and activation of a half layer, threaded
  *   maxpool.c  darknet's max-pooling, threaded
  */
@@ -95,5 +97,14 @@ void amp_onednn_ctx_free(cpu_net *cn);
 /* The CPU's instruction set as oneDNN sees it ("avx512_core_bf16"), and
  * whether it runs bfloat16 natively (AVX512-BF16 or AMX). */
 const char *amp_onednn_isa(int *native_bf16);
+
+/* round.c: x[i] = amp_round_f16(x[i]) for n elements, bit for bit, F16C where
+ * the CPU has it, threaded for large n. nonzero (may be NULL, then flushed is
+ * ignored): += the elements that were not zero, flushed += those of them
+ * that rounded to zero (amp_network_flushed's counts). */
+void amp_cpu_round_f16(float *x, size_t n, unsigned long long *nonzero,
+                       unsigned long long *flushed);
+/* 1 when amp_cpu_round_f16 runs on F16C here. */
+int amp_cpu_round_f16_native(void);
 
 #endif

@@ -69,6 +69,8 @@ typedef struct amp_dnnl_conv {
     /* reorders: in, out, and the two that add (sum post-op) */
     dnnl_primitive_t r_x, r_y, r_w_fwd, r_w_bwd, r_dy_bw, r_dy_bd, r_x_bw, r_dw, r_dx;
     unsigned long w_fwd_version, w_bwd_version;
+    int round16;        /* float16: float32 primitives, every operand and result
+                           rounded to float16 where the emulation rounds it */
     int onednn_forward; /* the last forward ran here, not in the fallback */
     int warned;         /* a forward fell back after a failed primitive: said once */
     char impl[3][48];   /* fwd, bwd-data, bwd-weights implementation names */
@@ -371,6 +373,18 @@ static amp_status run_reorder(amp_layer *al, dnnl_primitive_t p, const dmem *src
 
 static void set(dmem *m, void *p) { dnnl_memory_set_data_handle(m->m, p); }
 
+/* float16: an owned buffer (a oneDNN layout, its padding included: zeros
+ * stay zeros) rounded in place. counts: amp_network_flushed's, for the
+ * incoming gradient. */
+static void round16(amp_layer *al, const dmem *m, int counts)
+{
+    void *p = NULL;
+    if (dnnl_memory_get_data_handle(m->m, &p) != dnnl_success || !p) return;
+    amp_net *an = al->owner;
+    amp_cpu_round_f16(p, dnnl_memory_desc_get_size(&m->md) / sizeof(float),
+                      counts ? &an->grad_nonzero : NULL, &an->grad_flushed);
+}
+
 /* The half copy of the weights in one layout, refreshed when they changed. */
 static amp_status weights_for(amp_layer *al, const layer *l, dnnl_primitive_t r, dmem *dst,
                               unsigned long *version)
@@ -379,6 +393,7 @@ static amp_status weights_for(amp_layer *al, const layer *l, dnnl_primitive_t r,
     amp_dnnl_conv *d = cpu_layer_of(al)->dnnl;
     set(&d->w_user, l->weights);
     AMP_FORWARD_IF_ERROR(run_reorder(al, r, &d->w_user, dst));
+    if (d->round16) round16(al, dst, 0);
     *version = al->owner->weights_version;
     return AMP_OK;
 }
@@ -421,14 +436,19 @@ static void conv_forward(layer l, network net)
     dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, d->x.m}, {DNNL_ARG_WEIGHTS, d->w_fwd.m},
                             {DNNL_ARG_DST, d->y.m}};
     if (weights_for(al, &l, d->r_w_fwd, &d->w_fwd, &d->w_fwd_version) != AMP_OK ||
-        run_reorder(al, d->r_x, &d->x_user, &d->x) != AMP_OK || run(al, d->fwd, 3, a) != AMP_OK ||
-        run_reorder(al, d->r_y, &d->y, &d->y_user) != AMP_OK) {
+        run_reorder(al, d->r_x, &d->x_user, &d->x) != AMP_OK) {
         fall_back_forward(al, d, l, net);
         return;
     }
+    if (d->round16) round16(al, &d->x, 0);
+    if (run(al, d->fwd, 3, a) != AMP_OK || run_reorder(al, d->r_y, &d->y, &d->y_user) != AMP_OK) {
+        fall_back_forward(al, d, l, net);
+        return;
+    }
+    if (d->round16) amp_cpu_round_f16(l.output, (size_t)l.outputs * l.batch, NULL, NULL);
     d->onednn_forward = 1;
     double t1 = profile ? amp_clock() : 0;
-    /* l.output holds the half-rounded convolution (y is bfloat16) */
+    /* l.output holds the half-rounded convolution (y is bfloat16, or float16-rounded) */
     amp_tail_forward(l, net, l.n, l.out_h * l.out_w, cpu_net_of(al->owner)->bn_formula);
     if (profile) {
         al->prof.fwd_s += amp_clock() - t0;
@@ -445,23 +465,30 @@ static amp_status gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network ne
     set(&d->dy_user, l.delta);
     set(&d->dw_user, l.weight_updates);
     AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_dy_bw, &d->dy_user, &d->dy_bw));
+    if (d->round16) round16(al, &d->dy_bw, 1);
     if (al->sub) { /* a recurrent sub-layer: x holds the last time step's input */
         set(&d->x_user, net.input);
         AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_x, &d->x_user, &d->x));
+        if (d->round16) round16(al, &d->x, 0);
     }
     if (d->r_x_bw) AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_x_bw, &d->x, &d->x_bw));
     dnnl_exec_arg_t w[3] = {{DNNL_ARG_SRC, d->x_bw.m}, {DNNL_ARG_DIFF_DST, d->dy_bw.m},
                             {DNNL_ARG_DIFF_WEIGHTS, d->dw.m}};
     AMP_FORWARD_IF_ERROR(run(al, d->bwd_weights, 3, w));
+    if (d->round16) round16(al, &d->dw, 0);
     AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_dw, &d->dw, &d->dw_user));
     if (!net.delta) return AMP_OK;
     set(&d->dx_user, net.delta);
-    if (d->r_dy_bd) AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_dy_bd, &d->dy_user, &d->dy_bd));
+    if (d->r_dy_bd) {
+        AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_dy_bd, &d->dy_user, &d->dy_bd));
+        if (d->round16) round16(al, &d->dy_bd, 0);
+    }
     AMP_FORWARD_IF_ERROR(weights_for(al, &l, d->r_w_bwd ? d->r_w_bwd : d->r_w_fwd, &d->w_bwd,
                                      d->r_w_bwd ? &d->w_bwd_version : &d->w_fwd_version));
     dnnl_exec_arg_t b[3] = {{DNNL_ARG_DIFF_DST, d->dy_bd.m}, {DNNL_ARG_WEIGHTS, d->w_bwd.m},
                             {DNNL_ARG_DIFF_SRC, d->dx.m}};
     AMP_FORWARD_IF_ERROR(run(al, d->bwd_data, 3, b));
+    if (d->round16) round16(al, &d->dx, 0);
     return run_reorder(al, d->r_dx, &d->dx, &d->dx_user);
 }
 
@@ -502,15 +529,17 @@ amp_status amp_onednn_conv_install(amp_layer *al, layer *l, amp_dtype dtype, cha
 {
     AMP_RETURN_ERROR_IF(l->type != CONVOLUTIONAL, AMP_ERR_INVALID, why, whylen,
                         "not a convolution");
-    AMP_RETURN_ERROR_IF(dtype == AMP_DTYPE_FLOAT16, AMP_ERR_INVALID, why, whylen,
-                        "oneDNN %d.%d has no float16 convolution on CPUs", DNNL_VERSION_MAJOR,
-                        DNNL_VERSION_MINOR);
     cpu_net *cn = cpu_net_of(al->owner);
     struct amp_dnnl_ctx *c;
     AMP_FORWARD_IF_ERROR(ctx_of(cn, &c, why, whylen));
     amp_dnnl_conv *d = calloc(1, sizeof *d);
     AMP_RETURN_ERROR_IF(!d, AMP_ERR_NOMEM, why, whylen, "out of memory");
     d->dt = dtype == AMP_DTYPE_BFLOAT16 ? dnnl_bf16 : dnnl_f32;
+    /* float16: oneDNN 2.6 has no float16 convolution on CPUs, but the product
+     * of two float16 values is exact in float32: float32 kernels on operands
+     * rounded to float16, results rounded where a GPU stores half, keep every
+     * rounding point of the emulation; only the order of the sums changes. */
+    d->round16 = dtype == AMP_DTYPE_FLOAT16;
     amp_status st = conv_build(d, c->engine, l, why, whylen);
     if (st == AMP_OK && cn->path == AMP_CPU_AUTO &&
         (is_reference(d->impl[0]) || is_reference(d->impl[1]) || is_reference(d->impl[2]))) {

@@ -411,6 +411,9 @@ static int onednn(const char *cfg, int expect, int resize)
         {{"bfloat16", 4.0 / 256, 4.0 / 256, 0.1},
          {0, 1, AMP_DTYPE_BFLOAT16, "emulate", AMP_BN_DARKNET_CPU},
          {0, 1, AMP_DTYPE_BFLOAT16, "auto", AMP_BN_DARKNET_CPU}},
+        {{"float16", 4.0 / 2048, 4.0 / 2048, 0.05},
+         {0, 1, AMP_DTYPE_FLOAT16, "emulate", AMP_BN_DARKNET_CPU},
+         {0, 1, AMP_DTYPE_FLOAT16, "auto", AMP_BN_DARKNET_CPU}},
     };
     for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; ++k) {
         network *nets[2] = {build(cfg, &pairs[k].ref), build(cfg, &pairs[k].got)};

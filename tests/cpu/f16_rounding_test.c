@@ -1,0 +1,152 @@
+/* The CPU's float16 path through oneDNN (float32 kernels on float16-rounded
+ * operands, plugin/cpu/onednn.c) keeps every rounding point of the exact
+ * emulation (plugin/cpu/half.c), the numerics reference. On linear.cfg
+ * (convolutions with neither batch-norm nor a nonlinearity, so every value a
+ * layer stores is what the next one reads), same weights, layer by layer:
+ * each layer of both networks gets the same input (the emulation's) in the
+ * forward and the same incoming gradient (the emulation's) in the backward,
+ * so that no difference is carried from one layer to the next:
+ * - rounding points that store a tensor: every layer's output (y), weight
+ *   gradient (dW, added into zeroed weight_updates) and data gradient (dx,
+ *   added into the zeroed delta of the layer before) must be float16 values;
+ * - rounding points of operands (x, W, dy): each pairs with the emulation,
+ *   which sums the same exact products in another order, so a tensor may
+ *   differ from it only where a float32 sum lands on the other side of a
+ *   float16 rounding boundary: at most 1 float16 ulp per element, in at most
+ *   MAX_DIFFER of the elements. An operand left unrounded shifts every sum by
+ *   up to 2^-12 of its terms and changes far more (measured in the note of
+ *   the commit that added this test; see docs/design.md).
+ *
+ *   f16_rounding_test CFG        skipped (77) without oneDNN
+ */
+#include "core.h"
+#include "cpu.h"
+#include "check.h"
+#include "half.h"
+#include "nets.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DIFFER 0.02
+
+static network *build(const char *cfg, const char *path)
+{
+    network *net = test_net(cfg, 0);
+    amp_options o;
+    amp_options_init(&o, AMP_DTYPE_FLOAT16);
+    o.dynamic = 0;
+    o.init_scale = 1;
+    return test_attach(net, &o, path);
+}
+
+/* Elements that are not float16 values. */
+static size_t not_f16(const float *x, size_t n)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i) bad += amp_round_f16(x[i]) != x[i];
+    return bad;
+}
+
+/* Elements that differ, and whether any differs by more than one float16 ulp
+ * of the larger of the two. */
+static size_t differ(const float *a, const float *b, size_t n, int *over_ulp)
+{
+    size_t d = 0;
+    *over_ulp = 0;
+    for (size_t i = 0; i < n; ++i) {
+        if (a[i] == b[i]) continue;
+        ++d;
+        const float m = fmaxf(fabsf(a[i]), fabsf(b[i]));
+        int e;
+        frexpf(m, &e);
+        const float ulp = ldexpf(1.0f, (e - 1 < -14 ? -14 : e - 1) - 10);
+        if (fabsf(a[i] - b[i]) > ulp * 1.0001f) *over_ulp = 1;
+    }
+    return d;
+}
+
+/* Layer i of net, forward, on input x (the emulation's). */
+static void forward_layer(network *net, int i, float *x)
+{
+    network n = *net;
+    layer *l = &net->layers[i];
+    n.index = i;
+    n.input = x;
+    n.train = 1;
+    if (l->delta) memset(l->delta, 0, (size_t)l->outputs * l->batch * sizeof(float));
+    l->forward(*l, n);
+}
+
+/* Layer i of net, backward, on input x, into the delta of the layer before. */
+static void backward_layer(network *net, int i, float *x)
+{
+    network n = *net;
+    layer *l = &net->layers[i];
+    n.index = i;
+    n.input = x;
+    n.delta = i > 0 ? net->layers[i - 1].delta : NULL;
+    n.train = 1;
+    l->backward(*l, n);
+}
+
+static void tensor(const char *what, int i, const float *emu, const float *dnn, size_t n)
+{
+    int over = 0;
+    const size_t bad = not_f16(dnn, n), d = differ(emu, dnn, n, &over);
+    CHECK(bad == 0, "layer %d %s: all %zu elements float16 values (%zu are not)", i, what, n, bad);
+    CHECK(!over && d <= MAX_DIFFER * n,
+          "layer %d %s: %zu of %zu elements (%.2f%%) differ from the emulation, by at most one "
+          "float16 ulp%s (bound %.0f%%)",
+          i, what, d, n, 100.0 * d / n, over ? ": NO, by more" : "", 100 * MAX_DIFFER);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: f16_rounding_test CFG\n");
+        return 2;
+    }
+#ifndef AMP_HAVE_ONEDNN
+    printf("SKIP: built without oneDNN\n");
+    return 77;
+#endif
+    network *emu = build(argv[1], "emulate"), *dnn = build(argv[1], "auto");
+    int through = 0;
+    for (int i = 0; i < dnn->n; ++i)
+        through += amp_net_of(dnn)->layers[i].impl == AMP_IMPL_ONEDNN;
+    if (!through) {
+        printf("SKIP: no layer runs float16 through oneDNN here\n");
+        return 77;
+    }
+    CHECK(through == dnn->n, "%d of %d convolutions run float16 through oneDNN", through, dnn->n);
+    test_inputs(emu, 3, 0);
+    for (int i = 0; i < dnn->n; ++i) {
+        float *x = i ? emu->layers[i - 1].output : emu->input;
+        forward_layer(emu, i, x);
+        forward_layer(dnn, i, x);
+        const layer *a = &emu->layers[i], *b = &dnn->layers[i];
+        tensor("output (y)", i, a->output, b->output, (size_t)a->outputs * a->batch);
+    }
+    layer *last = &emu->layers[emu->n - 1];
+    srand(5);
+    for (int i = 0; i < last->outputs * last->batch; ++i)
+        last->delta[i] = (float)rand() / RAND_MAX - 0.5f;
+    for (int i = dnn->n - 1; i >= 0; --i) {
+        const layer *a = &emu->layers[i], *b = &dnn->layers[i];
+        memcpy(b->delta, a->delta, (size_t)a->outputs * a->batch * sizeof(float)); /* same dy */
+        float *x = i ? emu->layers[i - 1].output : emu->input;
+        backward_layer(emu, i, x);
+        backward_layer(dnn, i, x);
+        tensor("weight gradient (dW)", i, a->weight_updates, b->weight_updates,
+               (size_t)a->nweights);
+        if (i > 0)
+            tensor("data gradient (dx, the delta before it)", i, emu->layers[i - 1].delta,
+                   dnn->layers[i - 1].delta, (size_t)a->inputs * a->batch);
+    }
+    free_network(emu);
+    free_network(dnn);
+    return check_report();
+}

@@ -196,6 +196,7 @@ static void check(fz_run *run, fz_rng *r, const input *in, fz_count *reads, fz_c
     }
 }
 
+#ifndef FUZZ_LIBFUZZER
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -222,3 +223,37 @@ int main(int argc, char **argv)
     fz_buf_free(&in.weights);
     return fz_end(&run);
 }
+#else
+/* libFuzzer: the bytes are the state file; the weights file beside it is a
+ * fixed one. Files go to DARKNET_AMP_FUZZ_DIR (default /tmp). */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static fz_run run;
+    static input in;
+    static fz_count *reads, *ids;
+    static int ready;
+    if (!ready) {
+        const char *dir = getenv("DARKNET_AMP_FUZZ_DIR");
+        make_seeds(dir ? dir : "/tmp");
+        fz_buf_init(&in.file, MAX_FILE);
+        fz_buf_init(&in.weights, MAX_FILE);
+        fz_begin(&run, "fuzz.state (libFuzzer)", 0, 0);
+        reads = fz_counter(&run, "amp_state_file_read", "accepted", "refused");
+        ids = fz_counter(&run, "amp_weights_identify", "identified", "refused");
+        run.print_input = print_input;
+        run.ctx = &in;
+        ready = 1;
+    }
+    fz_rng r = {size};
+    in.kind = "libFuzzer";
+    fz_buf_set(&in.file, data, size);
+    const int head[3] = {0, 2, 0};
+    unsigned char w[40] = {0};
+    memcpy(w, head, sizeof head);
+    fz_buf_set(&in.weights, w, sizeof w);
+    ++run.index;
+    check(&run, &r, &in, reads, ids);
+    return 0;
+}
+#endif

@@ -175,14 +175,17 @@ struct amp_net {
                                     (before scaling) was not finite, else 0 */
     long loss_element;           /* the first non-finite delta element found, or -1 */
     char loss_where[AMP_MSG_LEN]; /* the images of that batch, where darknet knows them */
-    int step_iteration;          /* darknet's iteration of the step being decided */
+    int step_iteration;          /* darknet's iteration of the step being decided ... */
+    char step_where[AMP_MSG_LEN]; /* ... and its loss_where: a device's outcome is settled
+                                     after the next batch has begun */
     unsigned long long loss_skips; /* steps skipped for a non-finite loss */
     long loss_skips_in_row;
     int skipped;                 /* the last settled step was skipped */
     int skip_updates;            /* the step under way: layer updates are skipped */
     int step_open;               /* a device-decided step awaits its end */
     unsigned long step_index;    /* steps taken or skipped by this network */
-    char bad[AMP_MSG_LEN];       /* the tensor that overflowed first in the last step */
+    char bad[AMP_MSG_LEN];       /* what the last skipped step was for: the tensor that
+                                    overflowed first, or the cost layer and its images */
     amp_status error_status;     /* a fatal condition for the training loop ... */
     char error[AMP_MSG_LEN];     /* ... and its message */
     char cfgfile[AMP_MSG_LEN];

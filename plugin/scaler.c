@@ -195,12 +195,15 @@ static void loss_skipped(amp_net *an, const amp_step_outcome *o)
     an->loss_skips += 1;
     an->loss_skips_in_row += 1;
     if (o->take_back_t) *an->net->t -= 1;
-    const char *sep = an->loss_where[0] ? ", " : "";
+    const char *sep = an->step_where[0] ? ", " : "";
+    /* what the skip was for, as for an overflow (the tensor) */
+    snprintf(an->bad, sizeof an->bad, "the loss of layer %d [%s]%s%.400s", o->loss_layer,
+             get_layer_string(l->type), sep, an->step_where);
     fprintf(stderr,
             "amp: step %llu skipped: non-finite loss in layer %d [%s] at iteration %d%s%s (a data "
             "or model problem, not an overflow: the loss scale stays %g)\n",
             o->seq, o->loss_layer, get_layer_string(l->type), an->step_iteration, sep,
-            an->loss_where, o->batch_scale);
+            an->step_where, o->batch_scale);
     if (o->state) {
         s->state = *o->state; /* the device left it as it was */
     } else {
@@ -214,7 +217,7 @@ static void loss_skipped(amp_net *an, const amp_step_outcome *o)
                      "[%s] is not finite, last at iteration %d%s%s; check the training data "
                      "(labels) and the cost layer: the loss scale (%g) is not the cause",
                      an->loss_skips_in_row, s->opt.max_skips, o->loss_layer,
-                     get_layer_string(l->type), an->step_iteration, sep, an->loss_where,
+                     get_layer_string(l->type), an->step_iteration, sep, an->step_where,
                      s->state.scale);
 }
 

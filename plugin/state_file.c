@@ -228,7 +228,7 @@ amp_status amp_weights_identify(const char *weights, amp_weights_id *id, char *e
     int head[3] = {0, 0, 0};
     uLong crc = crc32(0L, Z_NULL, 0);
     unsigned long long size = 0;
-    unsigned char first[3 * sizeof(int) + sizeof(size_t)];
+    unsigned char first[3 * sizeof(int) + sizeof(size_t)] = {0};
     size_t nfirst = 0;
     for (;;) {
         ssize_t r = read(fd, buf, chunk);

@@ -84,6 +84,7 @@ static void begin_step(amp_net *an, int inside_update)
 {
     amp_net_sync(an, 1); /* a device's last step settled: in darknet's loop long done */
     an->step_iteration = (int)get_current_batch(an->net); /* until this step is settled */
+    memcpy(an->step_where, an->loss_where, sizeof an->step_where);
     if (an->phase == AMP_PHASE_ACCUMULATING) unscale(an);
     an->step_index += 1;
     an->phase = AMP_PHASE_STEPPED;

@@ -46,6 +46,7 @@ typedef struct fake_net {
     unsigned long long mirror_seq;
     float mirror_batch_scale;
     int in_flight, arrived;
+    char settled_where[AMP_MSG_LEN]; /* what the last loss skip named (an->bad), when settled */
     /* what the core asked for */
     int n_begin, n_scale_loss, n_rescale, n_unscale, n_restore, n_decide, n_step_end, n_push;
 } fake_net;
@@ -216,6 +217,7 @@ static void sync(amp_net *an, int wait)
     const amp_step_outcome o = {f->mirror_skipped, f->mirror_bad, f->mirror_batch_scale,
                                 f->mirror_seq, &st, 1, f->mirror_loss - 1};
     amp_step_settled(an, &o);
+    if (f->mirror_loss) snprintf(f->settled_where, sizeof f->settled_where, "%s", an->bad);
 }
 
 static void push_state(amp_net *an)
@@ -479,6 +481,40 @@ static void loss_steps(const char *cfg, const amp_backend_ops *ops)
     free_network(net);
 }
 
+/* A device's outcome is settled after the next batch has begun: a loss skip
+ * still names its own batch's images, not the next one's (nor none). */
+static void where_delayed(const char *cfg)
+{
+    const int c = cost_layer(cfg);
+    char spec[64];
+    snprintf(spec, sizeof spec, "%d:loss:inf:1", c);
+    setenv("DARKNET_AMP_INJECT", spec, 1);
+    network *net = build(cfg, &device_decided, 0);
+    unsetenv("DARKNET_AMP_INJECT");
+    amp_net *an = amp_net_of(net);
+    char names[2][8][16], *paths[2][8];
+    for (int k = 0; k < 2; ++k)
+        for (int b = 0; b < 8; ++b) {
+            snprintf(names[k][b], sizeof names[k][b], "%c%d.png", "AB"[k], b);
+            paths[k][b] = names[k][b];
+        }
+    if (net->batch > 8) return;
+    net->paths = paths[0];
+    test_inputs(net, 1, 1);
+    train_network_datum(net); /* step 1: loss inf, its outcome in flight */
+    net->paths = paths[1];
+    test_inputs(net, 2, 1);
+    train_network_datum(net); /* step 2 begins before step 1 is settled */
+    amp_net_sync(an, 1);
+    net->paths = NULL;
+    const char *w = fk(an)->settled_where;
+    CHECK(strstr(w, "A0.png") && !strstr(w, "B0.png"),
+          "fake device-decided: a loss skip settled after the next batch began names its own "
+          "batch: \"%s\"", w);
+    amp_detach(net);
+    free_network(net);
+}
+
 /* A state file loaded while the device's last step is in flight: that step's
  * outcome is settled first, then the loaded state replaces it, on the host
  * and on the device. */
@@ -521,6 +557,7 @@ int main(int argc, char **argv)
     max_skips(argv[1], &device_decided);
     loss_steps(argv[1], &host_decided);
     loss_steps(argv[1], &device_decided);
+    where_delayed(argv[1]);
     load_in_flight(argv[1], argv[2]);
     return check_report();
 }

@@ -7,7 +7,9 @@
  * - a prefix file (cut at a layer boundary with seen 0, as `darknet partial`
  *   writes) loads its layers and leaves the others as they were;
  * - explicit partial loads (cutoff < n, start > 0) read a longer file, as
- *   upstream does.
+ *   upstream does; so does a network with a dontload layer (a head replaced
+ *   for fine-tuning); a network's own save without its dontsave layers loads;
+ *   a header with seen 0 and nothing after it is not a prefix.
  *
  *   weights_load_test SCRATCH CFG [CFG...]   (the first CFG gets the refusals)
  */
@@ -227,6 +229,78 @@ static void refusals(const char *cfg, const char *other_cfg)
     free_network(src);
 }
 
+static void write_cfg(const char *path, const char *layers)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fprintf(f, "[net]\nbatch=1\nwidth=8\nheight=8\nchannels=3\n\n%s", layers);
+    fclose(f);
+}
+
+/* dontload, dontsave and a first layer without weights (cfgs written here). */
+static void flags(void)
+{
+    char a[1024], b[1024], c[1024], d[1024], w[1024], err[1024];
+    path_in(a, sizeof a, "head10.cfg");
+    path_in(b, sizeof b, "head4_dontload.cfg");
+    path_in(c, sizeof c, "dontsave.cfg");
+    path_in(d, sizeof d, "pool_first.cfg");
+    path_in(w, sizeof w, "flags.weights");
+    const char *body = "[convolutional]\nfilters=8\nsize=3\npad=1\nactivation=leaky\n\n";
+    char text[512];
+    write_cfg(a, (snprintf(text, sizeof text, "%s[convolutional]\nfilters=10\nsize=1\n", body), text));
+    write_cfg(b, (snprintf(text, sizeof text, "%s[convolutional]\nfilters=4\nsize=1\ndontload=1\n",
+                           body), text));
+    write_cfg(c, (snprintf(text, sizeof text, "%s[convolutional]\nfilters=6\nsize=1\ndontsave=1\n",
+                           body), text));
+    write_cfg(d, "[maxpool]\nsize=2\nstride=2\n\n[convolutional]\nfilters=4\nsize=1\n");
+
+    /* A pretrained backbone with another head: the head is dontload. */
+    network *src = fresh(a, 1), *dst = fresh(b, 2);
+    *src->seen = 700;
+    save_weights(src, w);
+    float *head = malloc(dst->layers[1].nweights * sizeof(float));
+    memcpy(head, dst->layers[1].weights, dst->layers[1].nweights * sizeof(float));
+    int r = load_weights_checked(dst, w, 0, dst->n, err, sizeof err);
+    int body_ok = !memcmp(dst->layers[0].weights, src->layers[0].weights,
+                          dst->layers[0].nweights * sizeof(float));
+    int head_kept = !memcmp(dst->layers[1].weights, head, dst->layers[1].nweights * sizeof(float));
+    CHECK(r == 0 && body_ok && head_kept,
+          "a 10-filter head's file into a cfg whose 4-filter head is dontload: loaded (status %d "
+          "%s), the backbone from the file %s, the head kept %s", r, err, body_ok ? "yes" : "NO",
+          head_kept ? "yes" : "NO");
+    free(head);
+    free_network(src);
+    free_network(dst);
+
+    /* The network's own save, which leaves out its dontsave layer. */
+    src = fresh(c, 1);
+    *src->seen = 900;
+    save_weights(src, w);
+    dst = fresh(c, 2);
+    r = load_weights_checked(dst, w, 0, dst->n, err, sizeof err);
+    body_ok = !memcmp(dst->layers[0].weights, src->layers[0].weights,
+                      dst->layers[0].nweights * sizeof(float));
+    CHECK(r == 0 && body_ok && *dst->seen == 900,
+          "its own save without its dontsave layer (seen 900) loads: status %d %s, layer 0 from "
+          "the file %s", r, err, body_ok ? "yes" : "NO");
+    free_network(src);
+    free_network(dst);
+
+    /* A header with seen 0 and no weights, for a network whose first layer
+     * has none: not a prefix of anything. */
+    const int head_ints[3] = {0, 2, 0};
+    const size_t zero = 0;
+    unsigned char hdr[sizeof head_ints + sizeof zero];
+    memcpy(hdr, head_ints, sizeof head_ints);
+    memcpy(hdr + sizeof head_ints, &zero, sizeof zero);
+    spit(w, hdr, sizeof hdr);
+    int untouched;
+    r = load(d, w, 0, -1, err, sizeof err, &untouched);
+    CHECK(r != 0 && untouched, "a bare header with seen 0 before a weightless first layer is "
+          "refused: \"%s\"", err);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -238,5 +312,6 @@ int main(int argc, char **argv)
     gpu_index = -1;
     for (int i = 2; i < argc; ++i) round_trip(argv[i]);
     refusals(argv[2], argc > 3 ? argv[3] : NULL);
+    flags();
     return check_report();
 }

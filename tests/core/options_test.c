@@ -12,16 +12,12 @@
 
 #include "list.h"
 #include "option_list.h"
+#include "cfg_sections.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* parser.c's private section type, which read_cfg's list holds. */
-typedef struct cfg_section {
-    char *type;
-    list *options;
-} cfg_section;
 
 static const char *scratch;
 static int checks, failures;
@@ -62,24 +58,6 @@ static void write_cfg(char *path, size_t n, const char *net_keys, const char *la
             "activation=leaky\n%s\n",
             net_keys, layer_keys);
     fclose(f);
-}
-
-static void free_sections(list *sections)
-{
-    node *n;
-    for (n = sections->front; n; n = n->next) {
-        cfg_section *s = (cfg_section *)n->val;
-        node *o;
-        for (o = s->options->front; o; o = o->next) {
-            kvp *p = (kvp *)o->val;
-            free(p->key); /* the line; val points into it */
-            free(p);
-        }
-        free_list(s->options);
-        free(s->type);
-        free(s);
-    }
-    free_list(sections);
 }
 
 static list *read_sections(char *path, size_t n, const char *net_keys, const char *layer_keys)
@@ -164,7 +142,7 @@ static void expect_ok(const char *net_keys, amp_dtype def, int enabled, amp_opti
     if (st != AMP_OK) {
         snprintf(got, sizeof got, "status %d, expected AMP_OK: %s", (int)st, err);
         report(0, what, got);
-        free_sections(sections);
+        test_free_sections(sections);
         return;
     }
     ok = same_options(&o, &want, diff, sizeof diff) && on == enabled && err[0] == '\0';
@@ -185,7 +163,7 @@ static void expect_ok(const char *net_keys, amp_dtype def, int enabled, amp_opti
         snprintf(got + len, sizeof got - len, " -- %s", diff);
     }
     report(ok, what, got);
-    free_sections(sections);
+    test_free_sections(sections);
 }
 
 static void good_values(void)
@@ -303,7 +281,7 @@ static void expect_bad(const char *net_keys, amp_dtype def, const char *needles)
     else
         snprintf(got, sizeof got, "%s", err);
     report(ok, what, got);
-    free_sections(sections);
+    test_free_sections(sections);
 }
 
 typedef struct bad_case {
@@ -540,7 +518,7 @@ static void expect_layer(const char *layer_keys, amp_status want_st, int want_ha
         snprintf(got, sizeof got, "%s", err);
     }
     report(ok, what, got);
-    free_sections(sections);
+    test_free_sections(sections);
 }
 
 static void layer_values(void)
@@ -576,7 +554,7 @@ static void layer_values(void)
                                    &o, msg, sizeof msg);
         report(st == AMP_OK && on == 1, "[net] amp=1 with [convolutional] amp=",
                msg[0] ? msg : "AMP_OK");
-        free_sections(sections);
+        test_free_sections(sections);
     }
 
     /* A type given without brackets gets them. */

@@ -35,6 +35,7 @@
 
 #include "list.h"
 #include "option_list.h"
+#include "cfg_sections.h"
 
 #include <ctype.h>
 #include <fcntl.h>
@@ -43,11 +44,6 @@
 #include <strings.h>
 #include <unistd.h>
 
-/* parser.c's private section type, which read_cfg's list holds. */
-typedef struct cfg_section {
-    char *type;
-    list *options;
-} cfg_section;
 
 #define DEFAULT_N 150000
 #define DEFAULT_SEED 20240612u
@@ -571,24 +567,6 @@ static void append_pairs(char **text, size_t *len, size_t *cap, const pair *p, i
     }
 }
 
-static void free_sections(list *sections)
-{
-    node *n;
-    for (n = sections->front; n; n = n->next) {
-        cfg_section *s = n->val;
-        node *o;
-        for (o = s->options->front; o; o = o->next) {
-            kvp *p = o->val;
-            free(p->key); /* the line; val points into it */
-            free(p);
-        }
-        free_list(s->options);
-        free(s->type);
-        free(s);
-    }
-    free_list(sections);
-}
-
 static void run_file(fz_run *run, fz_rng *r, input *in)
 {
     size_t len = 0, cap = 256;
@@ -629,7 +607,7 @@ static void run_file(fz_run *run, fz_rng *r, input *in)
         else
             check_layer(run, r, s->options, cfg_path, index, s->type, d);
     }
-    free_sections(sections);
+    test_free_sections(sections);
     free(text);
 }
 

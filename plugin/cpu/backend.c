@@ -1,7 +1,8 @@
 /* The CPU backend (backend.h): the batch's arithmetic on darknet's host
  * arrays, decided on the host, and which half path each layer gets: oneDNN
- * for bfloat16 convolutions where the CPU runs them, else the exact
- * emulation (docs/design.md, docs/cfg.md "DARKNET_AMP_CPU").
+ * for convolutional, deconvolutional and connected layers (and recurrent
+ * layers' connected and convolutional sub-layers) where the CPU runs them,
+ * else the exact emulation (docs/design.md, docs/cfg.md "DARKNET_AMP_CPU").
  */
 #include "cpu.h"
 #include "grad_math.h" /* amp_unscale_check, amp_inv_scale: shared with cuda/ */
@@ -61,7 +62,7 @@ static void cpu_layer_free(amp_layer *al)
 {
     cpu_layer *c = al ? cpu_layer_of(al) : NULL;
     if (!c) return;
-    amp_onednn_conv_free(c);
+    amp_onednn_free(c);
     amp_buffer *b[] = {&c->wq, &c->xq, &c->dq, &c->tmp, &c->gx};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) free(b[i]->data);
     free(c);
@@ -75,8 +76,9 @@ static void layer_free(amp_layer *al)
 }
 
 /* The half path of one layer (or sub-layer): oneDNN where it runs the
- * convolution and DARKNET_AMP_CPU allows (bfloat16 in bfloat16, float16 as
- * float32 kernels on float16-rounded operands), else the emulation. */
+ * convolution, deconvolution or inner product and DARKNET_AMP_CPU allows
+ * (bfloat16 in bfloat16, float16 as float32 kernels on float16-rounded
+ * operands), else the emulation (locally connected layers always). */
 static amp_status half_path(amp_layer *al, layer *l, char *why, size_t whylen)
 {
     const cpu_net *cn = cpu_net_of(al->owner);
@@ -85,10 +87,12 @@ static amp_status half_path(amp_layer *al, layer *l, char *why, size_t whylen)
         al->bk = calloc(1, sizeof(cpu_layer));
         AMP_RETURN_ERROR_IF(!al->bk, AMP_ERR_NOMEM, why, whylen, "out of memory");
     }
-    if (l->type == CONVOLUTIONAL && cn->path != AMP_CPU_EMULATE &&
+    const int onednn_type =
+        l->type == CONVOLUTIONAL || l->type == DECONVOLUTIONAL || l->type == CONNECTED;
+    if (onednn_type && cn->path != AMP_CPU_EMULATE &&
         (dtype != AMP_DTYPE_FLOAT32 || cn->path == AMP_CPU_ONEDNN)) {
         char whynot[AMP_MSG_LEN];
-        if (amp_onednn_conv_install(al, l, dtype, whynot, sizeof whynot) == AMP_OK) return AMP_OK;
+        if (amp_onednn_install(al, l, dtype, whynot, sizeof whynot) == AMP_OK) return AMP_OK;
         if (cn->path == AMP_CPU_ONEDNN)
             fprintf(stderr, "amp: layer %d: not through oneDNN: %s; emulated\n", al->index, whynot);
     }

@@ -6,7 +6,8 @@
  *   half.c     the exact half emulation: darknet's GEMM on half-rounded
  *              values, with a GPU's rounding points (the numerics reference)
  *   onednn.c   bfloat16, float16 (float32 kernels on float16-rounded operands) and
- *              float32 convolutions through oneDNN
+ *              float32 convolutions, deconvolutions and inner products (connected
+ *              layers) through oneDNN
  *   round.c    float32 arrays rounded to float16 in place, fast (F16C)
  *   tail.c     batch-norm, bias and activation of a half layer, threaded
  *   maxpool.c  darknet's max-pooling, threaded
@@ -54,7 +55,7 @@ typedef struct cpu_net {
 typedef struct cpu_layer {
     amp_buffer wq, xq, dq, tmp, gx; /* half weights, input, gradient; scratch */
     unsigned long wq_version;       /* the weights_version wq was made from */
-    struct amp_dnnl_conv *dnnl;     /* oneDNN primitives and buffers */
+    struct amp_dnnl_conv *dnnl;     /* oneDNN primitives and buffers (any of the three kinds) */
 } cpu_layer;
 
 static inline cpu_net *cpu_net_of(const amp_net *an)
@@ -75,9 +76,13 @@ amp_status amp_cpu_path_parse(const char *value, amp_cpu_path *out, char *err, s
 /* half.c: the emulation of l's type into al (forward, backward, impl), or
  * AMP_ERR_INVALID with why when it has none. */
 amp_status amp_emulation_install(amp_layer *al, layer *l, char *why, size_t whylen);
-/* The emulated convolution, also the oneDNN path's fallback. */
+/* The emulated layers, also the oneDNN paths' fallbacks. */
 void amp_emulated_conv_forward(layer l, network net);
 void amp_emulated_conv_backward(layer l, network net);
+void amp_emulated_deconv_forward(layer l, network net);
+void amp_emulated_deconv_backward(layer l, network net);
+void amp_emulated_connected_forward(layer l, network net);
+void amp_emulated_connected_backward(layer l, network net);
 
 /* tail.c: the float32 parts of a half layer: batch-norm or bias, then the
  * activation, and their gradients; multi-threaded, same results as darknet's. */
@@ -88,11 +93,16 @@ void amp_tail_backward(layer l, network net, int nbias, int bias_size);
 void amp_maxpool_forward(layer l, network net);
 void amp_maxpool_backward(layer l, network net);
 
-/* onednn.c: the oneDNN convolution for l into al, or why not (dtype float32
- * runs the same primitives in float32). */
-amp_status amp_onednn_conv_install(amp_layer *al, layer *l, amp_dtype dtype, char *why,
-                                   size_t whylen);
-void amp_onednn_conv_free(cpu_layer *c);
+/* onednn.c: l (a convolutional, deconvolutional or connected layer, or a
+ * recurrent layer's connected sub-layer) through oneDNN into al, or why not
+ * (dtype float32 runs the same primitives in float32). */
+amp_status amp_onednn_install(amp_layer *al, layer *l, amp_dtype dtype, char *why,
+                              size_t whylen);
+void amp_onednn_free(cpu_layer *c);
+/* How often a layer installed on oneDNN ran in the emulation instead (a
+ * primitive that failed; 1 more while its current shape cannot be built):
+ * for the tests, which must not compare the emulation with itself. */
+int amp_onednn_fallbacks(const cpu_layer *c);
 void amp_onednn_ctx_free(cpu_net *cn);
 /* The CPU's instruction set as oneDNN sees it ("avx512_core_bf16"), and
  * whether it runs bfloat16 natively (AVX512-BF16 or AMX). */

@@ -225,7 +225,7 @@ void amp_emulated_conv_backward(layer l, network net)
  * scatters and sums into the output, all in float32; the output is stored in
  * half once, after the scatter, as a GPU's half deconvolution (float32
  * accumulation, half output) stores it. */
-static void deconv_forward(layer l, network net)
+void amp_emulated_deconv_forward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
     amp_dtype dtype = al->owner->scaler->opt.dtype;
@@ -248,7 +248,7 @@ static void deconv_forward(layer l, network net)
  * columns (im2col of half values is exact), then the weight gradient summed
  * over the batch and the data gradient per image in float32, each stored in
  * half and added (darknet's weight_updates, net.delta). */
-static void deconv_backward(layer l, network net)
+void amp_emulated_deconv_backward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
     amp_dtype dtype = al->owner->scaler->opt.dtype;
@@ -278,10 +278,11 @@ static void deconv_backward(layer l, network net)
         profile_add(al, 1, t0, amp_clock() - t1, (double)l.batch * c * hw * kk * (dx ? 2 : 1));
 }
 
-static void connected_forward(layer l, network net)
+void amp_emulated_connected_forward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
     amp_dtype dtype = al->owner->scaler->opt.dtype;
+    double t0 = al->owner->env.profile ? amp_clock() : 0;
     size_t nout = (size_t)l.outputs * l.batch;
     float *x = half_copy(&cpu_layer_of(al)->xq, net.input, (size_t)l.inputs * l.batch, dtype);
     const float *w = half_weights(al, &l, (size_t)l.inputs * l.outputs, dtype);
@@ -289,16 +290,21 @@ static void connected_forward(layer l, network net)
     fill_cpu((int)nout, 0, l.output, 1);
     gemm(0, 1, l.batch, l.outputs, l.inputs, 1, x, l.inputs, (float *)w, l.inputs, 1, l.output,
          l.outputs);
+    double t1 = al->owner->env.profile ? amp_clock() : 0;
     finish_forward(l, net, dtype, l.outputs, 1);
+    if (al->owner->env.profile)
+        profile_add(al, 0, t0, t1 - t0, (double)l.batch * l.inputs * l.outputs);
 }
 
-static void connected_backward(layer l, network net)
+void amp_emulated_connected_backward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
     amp_dtype dtype = al->owner->scaler->opt.dtype;
     size_t nw = (size_t)l.inputs * l.outputs;
+    double t0 = al->owner->env.profile ? amp_clock() : 0;
 
     amp_tail_backward(l, net, l.outputs, 1);
+    double t1 = al->owner->env.profile ? amp_clock() : 0;
 
     const half_operands o = backward_operands(al, &l, net, nw, dtype);
     float *dy = o.dy, *dw = o.dw;
@@ -313,6 +319,9 @@ static void connected_backward(layer l, network net)
              l.inputs);
         add_half(dtype, dx, nin, net.delta);
     }
+    if (al->owner->env.profile)
+        profile_add(al, 1, t0, amp_clock() - t1,
+                    (double)l.batch * l.inputs * l.outputs * (net.delta ? 2 : 1));
 }
 
 /* A locally connected layer: one GEMM per output position, its own weights
@@ -380,11 +389,11 @@ amp_status amp_emulation_install(amp_layer *al, layer *l, char *why, size_t whyl
         al->forward = amp_emulated_conv_forward;
         al->backward = amp_emulated_conv_backward;
     } else if (l->type == DECONVOLUTIONAL) {
-        al->forward = deconv_forward;
-        al->backward = deconv_backward;
+        al->forward = amp_emulated_deconv_forward;
+        al->backward = amp_emulated_deconv_backward;
     } else if (l->type == CONNECTED) {
-        al->forward = connected_forward;
-        al->backward = connected_backward;
+        al->forward = amp_emulated_connected_forward;
+        al->backward = amp_emulated_connected_backward;
     } else if (l->type == LOCAL) {
         al->forward = local_forward;
         al->backward = local_backward;

@@ -27,13 +27,18 @@
 
 #ifndef AMP_HAVE_ONEDNN
 
-amp_status amp_onednn_conv_install(amp_layer *al, layer *l, amp_dtype dtype, char *why,
-                                   size_t whylen)
+amp_status amp_onednn_install(amp_layer *al, layer *l, amp_dtype dtype, char *why,
+                              size_t whylen)
 {
     (void)al, (void)l, (void)dtype;
     AMP_RETURN_ERROR(AMP_ERR_INVALID, why, whylen, "built without oneDNN");
 }
-void amp_onednn_conv_free(cpu_layer *c) { (void)c; }
+void amp_onednn_free(cpu_layer *c) { (void)c; }
+int amp_onednn_fallbacks(const cpu_layer *c)
+{
+    (void)c;
+    return 0;
+}
 void amp_onednn_ctx_free(cpu_net *cn) { (void)cn; }
 const char *amp_onednn_isa(int *native_bf16)
 {
@@ -354,6 +359,140 @@ static amp_status conv_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, 
     return AMP_OK;
 }
 
+/* Deconvolutional and connected layers: the same three primitives and the
+ * same buffers, reorders and rounding points as a convolution's.
+ *
+ * A deconvolution is oneDNN's (a convolution's backward-data as a forward):
+ * darknet's weights are c x n x size x size, the input's channels outermost,
+ * which is oneDNN's IOHW for its {n, c, size, size} weights; no flip, both
+ * compute out(oc) = sum over ic of in(ic) * W[ic][oc] scattered by the
+ * window. darknet's output size, (h - 1) * stride + size - 2 * pad, is
+ * oneDNN's with the same padding on both sides; groups are 1 (patch 0012).
+ *
+ * A connected layer is an inner product: y = x W^T with x {batch, inputs}
+ * and W {outputs, inputs} in darknet's row-major layout (oneDNN's "oi"), so
+ * darknet's arrays are the user memories as they are, and oneDNN's forward,
+ * backward-data (dx = dy W) and backward-weights (dW = dy^T x) are darknet's
+ * three GEMMs. A recurrent layer's connected sub-layers are these too. */
+static amp_status gemm_layer_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, char *why,
+                                   size_t whylen)
+{
+    const dnnl_data_type_t dt = d->dt, f32 = dnnl_f32;
+    const int ip = l->type == CONNECTED, nd = ip ? 2 : 4;
+    dnnl_dims_t xd = {l->batch, l->inputs}, yd = {l->batch, l->outputs};
+    dnnl_dims_t wd = {l->outputs, l->inputs};
+    if (!ip) {
+        const dnnl_dims_t x4 = {l->batch, l->c, l->h, l->w};
+        const dnnl_dims_t y4 = {l->batch, l->n, l->out_h, l->out_w};
+        const dnnl_dims_t w4 = {l->n, l->c, l->size, l->size};
+        memcpy(xd, x4, sizeof xd);
+        memcpy(yd, y4, sizeof yd);
+        memcpy(wd, w4, sizeof wd);
+    }
+    dnnl_memory_desc_t ux, uy, uw, ax, ay, aw, adw;
+    AMP_FORWARD_IF_ERROR(DNNL_CHECK(
+        dnnl_memory_desc_init_by_tag(&ux, nd, xd, f32, ip ? dnnl_nc : dnnl_nchw)));
+    AMP_FORWARD_IF_ERROR(DNNL_CHECK(
+        dnnl_memory_desc_init_by_tag(&uy, nd, yd, f32, ip ? dnnl_nc : dnnl_nchw)));
+    AMP_FORWARD_IF_ERROR(DNNL_CHECK(
+        dnnl_memory_desc_init_by_tag(&uw, nd, wd, f32, ip ? dnnl_oi : dnnl_iohw)));
+    md_any(&ax, nd, xd, dt);
+    md_any(&ay, nd, yd, dt);
+    md_any(&aw, nd, wd, dt);
+    md_any(&adw, nd, wd, dt); /* the weight gradient in the half dtype, as a GPU */
+
+    const char *what = ip ? "inner product" : "deconvolution";
+    const char *type = dt == dnnl_bf16 ? "bfloat16" : "float32";
+    const dnnl_dims_t strides = {l->stride, l->stride}, pad = {l->pad, l->pad};
+    /* either kind's three operation descriptors */
+    union {
+        dnnl_inner_product_desc_t ip;
+        dnnl_deconvolution_desc_t dc;
+    } fd, dd, wdd;
+    dnnl_status_t s1, s2, s3;
+    if (ip) {
+        s1 = dnnl_inner_product_forward_desc_init(&fd.ip, dnnl_forward_training, &ax, &aw, NULL,
+                                                  &ay);
+        s2 = dnnl_inner_product_backward_data_desc_init(&dd.ip, &ax, &aw, &ay);
+        s3 = dnnl_inner_product_backward_weights_desc_init(&wdd.ip, &ax, &adw, NULL, &ay);
+    } else {
+        s1 = dnnl_deconvolution_forward_desc_init(&fd.dc, dnnl_forward_training,
+                                                  dnnl_deconvolution_direct, &ax, &aw, NULL, &ay,
+                                                  strides, pad, pad);
+        s2 = dnnl_deconvolution_backward_data_desc_init(&dd.dc, dnnl_deconvolution_direct, &ax,
+                                                        &aw, &ay, strides, pad, pad);
+        s3 = dnnl_deconvolution_backward_weights_desc_init(&wdd.dc, dnnl_deconvolution_direct,
+                                                           &ax, &adw, NULL, &ay, strides, pad,
+                                                           pad);
+    }
+    AMP_RETURN_ERROR_IF(s1 != dnnl_success || s2 != dnnl_success || s3 != dnnl_success,
+                        AMP_ERR_INVALID, why, whylen, "no oneDNN %s %s (status %d, %d, %d)", type,
+                        what, (int)s1, (int)s2, (int)s3);
+    dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
+    amp_status st = AMP_OK;
+    if (dnnl_primitive_desc_create(&fpd, &fd, NULL, e, NULL) != dnnl_success ||
+        dnnl_primitive_desc_create(&dpd, &dd, NULL, e, fpd) != dnnl_success ||
+        dnnl_primitive_desc_create(&wpd, &wdd, NULL, e, fpd) != dnnl_success) {
+        amp_errorf(why, whylen, "no oneDNN %s %s for this shape", type, what);
+        st = AMP_ERR_INVALID;
+    }
+    if (st == AMP_OK) {
+        snprintf(d->impl[0], sizeof d->impl[0], "%s", impl_name(fpd));
+        snprintf(d->impl[1], sizeof d->impl[1], "%s", impl_name(dpd));
+        snprintf(d->impl[2], sizeof d->impl[2], "%s", impl_name(wpd));
+        if (dnnl_primitive_create(&d->fwd, fpd) != dnnl_success ||
+            dnnl_primitive_create(&d->bwd_data, dpd) != dnnl_success ||
+            dnnl_primitive_create(&d->bwd_weights, wpd) != dnnl_success) {
+            amp_errorf(why, whylen, "oneDNN %s primitive creation failed", what);
+            st = AMP_ERR_DEVICE;
+        }
+    }
+    if (st == AMP_OK) st = conv_memories(d, e, &ux, &uy, &uw, fpd, dpd, wpd, why, whylen);
+    if (fpd) dnnl_primitive_desc_destroy(fpd);
+    if (dpd) dnnl_primitive_desc_destroy(dpd);
+    if (wpd) dnnl_primitive_desc_destroy(wpd);
+    if (st != AMP_OK) {
+        conv_release(d);
+        return st;
+    }
+    d->batch = l->batch;
+    d->h = l->h;
+    d->w = l->w;
+    d->w_fwd_version = d->w_bwd_version = 0;
+    return AMP_OK;
+}
+
+/* The primitives of l's kind for its current shape. */
+static amp_status layer_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, char *why,
+                              size_t whylen)
+{
+    return l->type == CONVOLUTIONAL ? conv_build(d, e, l, why, whylen)
+                                    : gemm_layer_build(d, e, l, why, whylen);
+}
+
+/* l's emulation (half.c): where oneDNN cannot run a shape or a primitive failed. */
+static void emulated_forward(layer l, network net)
+{
+    if (l.type == CONNECTED) amp_emulated_connected_forward(l, net);
+    else if (l.type == DECONVOLUTIONAL) amp_emulated_deconv_forward(l, net);
+    else amp_emulated_conv_forward(l, net);
+}
+
+static void emulated_backward(layer l, network net)
+{
+    if (l.type == CONNECTED) amp_emulated_connected_backward(l, net);
+    else if (l.type == DECONVOLUTIONAL) amp_emulated_deconv_backward(l, net);
+    else amp_emulated_conv_backward(l, net);
+}
+
+/* Multiply-adds of one GEMM pass of a deconvolutional or connected layer
+ * (DARKNET_AMP_PROFILE). */
+static double gemm_layer_macs(const layer *l)
+{
+    if (l->type == CONNECTED) return (double)l->batch * l->inputs * l->outputs;
+    return (double)l->batch * l->h * l->w * l->c * l->n * l->size * l->size;
+}
+
 /* Runs one primitive. A failure is not expected once the primitive exists;
  * the caller redoes a forward in the emulation, and stops training on a
  * backward left half done. */
@@ -404,7 +543,7 @@ static amp_status ensure_shape(amp_layer *al, const layer *l)
     if (d->batch == l->batch && d->h == l->h && d->w == l->w) return AMP_OK;
     char why[AMP_MSG_LEN];
     conv_release(d);
-    amp_status st = conv_build(d, cpu_net_of(al->owner)->dnnl->engine, l, why, sizeof why);
+    amp_status st = layer_build(d, cpu_net_of(al->owner)->dnnl->engine, l, why, sizeof why);
     if (st != AMP_OK)
         fprintf(stderr, "amp: layer %d: oneDNN cannot run %dx%dx%d: %s; emulated\n", al->index,
                 l->w, l->h, l->c, why);
@@ -417,7 +556,7 @@ static void fall_back_forward(amp_layer *al, amp_dnnl_conv *d, layer l, network 
     if (!d->warned++)
         fprintf(stderr, "amp: layer %d: a oneDNN primitive failed in forward; emulated\n",
                 al->index);
-    amp_emulated_conv_forward(l, net);
+    emulated_forward(l, net);
 }
 
 static void conv_forward(layer l, network net)
@@ -520,15 +659,83 @@ static void conv_backward(layer l, network net)
     }
 }
 
+/* A deconvolutional or connected layer's forward: the convolution's steps
+ * (conv_forward) with the output reordered into l.output before its tail. */
+static void gemm_layer_forward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    amp_dnnl_conv *d = cpu_layer_of(al)->dnnl;
+    const int profile = al->owner->env.profile;
+    double t0 = profile ? amp_clock() : 0;
+    d->onednn_forward = 0;
+    if (ensure_shape(al, &l) != AMP_OK) { /* said why */
+        emulated_forward(l, net);
+        return;
+    }
+    set(&d->x_user, net.input);
+    set(&d->y_user, l.output);
+    dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, d->x.m}, {DNNL_ARG_WEIGHTS, d->w_fwd.m},
+                            {DNNL_ARG_DST, d->y.m}};
+    if (weights_for(al, &l, d->r_w_fwd, &d->w_fwd, &d->w_fwd_version) != AMP_OK ||
+        run_reorder(al, d->r_x, &d->x_user, &d->x) != AMP_OK) {
+        fall_back_forward(al, d, l, net);
+        return;
+    }
+    if (d->round16) round16(al, &d->x, 0);
+    if (run(al, d->fwd, 3, a) != AMP_OK || run_reorder(al, d->r_y, &d->y, &d->y_user) != AMP_OK) {
+        fall_back_forward(al, d, l, net);
+        return;
+    }
+    if (d->round16) amp_cpu_round_f16(l.output, (size_t)l.outputs * l.batch, NULL, NULL);
+    d->onednn_forward = 1;
+    double t1 = profile ? amp_clock() : 0;
+    /* l.output: the half-rounded GEMM; out_c biases (a connected layer's
+     * outputs, a deconvolution's filters) over out_h * out_w positions */
+    amp_tail_forward(l, net, l.out_c, l.out_h * l.out_w, cpu_net_of(al->owner)->bn_formula);
+    if (profile) {
+        al->prof.fwd_s += amp_clock() - t0;
+        al->prof.gemm_s += t1 - t0;
+        al->prof.gflop += 2e-9 * gemm_layer_macs(&l);
+        al->prof.calls++;
+    }
+}
+
+static void gemm_layer_backward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    amp_dnnl_conv *d = cpu_layer_of(al)->dnnl;
+    if (!d->onednn_forward) { /* the forward fell back: its buffers are the emulation's */
+        emulated_backward(l, net);
+        return;
+    }
+    const int profile = al->owner->env.profile;
+    double t0 = profile ? amp_clock() : 0;
+    amp_tail_backward(l, net, l.out_c, l.out_h * l.out_w);
+    double t1 = profile ? amp_clock() : 0;
+    if (gradients(al, d, l, net) != AMP_OK)
+        amp_net_fail(al->owner, AMP_ERR_DEVICE,
+                     "amp: layer %d: a oneDNN primitive failed in backward; its gradients are "
+                     "incomplete", al->index);
+    if (profile) {
+        double t2 = amp_clock();
+        al->prof.bwd_s += t2 - t0;
+        al->prof.gemm_s += t2 - t1;
+        al->prof.gflop += 2e-9 * gemm_layer_macs(&l) * (net.delta ? 2 : 1);
+        al->prof.calls++;
+    }
+}
+
 /* oneDNN's reference kernels ("ref:any") are slower than darknet's own GEMM:
  * in auto mode a layer only goes to oneDNN with optimised ones. */
 static int is_reference(const char *impl) { return strncmp(impl, "ref", 3) == 0; }
 
-amp_status amp_onednn_conv_install(amp_layer *al, layer *l, amp_dtype dtype, char *why,
-                                   size_t whylen)
+amp_status amp_onednn_install(amp_layer *al, layer *l, amp_dtype dtype, char *why,
+                              size_t whylen)
 {
-    AMP_RETURN_ERROR_IF(l->type != CONVOLUTIONAL, AMP_ERR_INVALID, why, whylen,
-                        "not a convolution");
+    const int conv = l->type == CONVOLUTIONAL;
+    AMP_RETURN_ERROR_IF(!conv && l->type != DECONVOLUTIONAL && l->type != CONNECTED,
+                        AMP_ERR_INVALID, why, whylen,
+                        "not a convolutional, deconvolutional or connected layer");
     cpu_net *cn = cpu_net_of(al->owner);
     struct amp_dnnl_ctx *c;
     AMP_FORWARD_IF_ERROR(ctx_of(cn, &c, why, whylen));
@@ -540,7 +747,7 @@ amp_status amp_onednn_conv_install(amp_layer *al, layer *l, amp_dtype dtype, cha
      * rounded to float16, results rounded where a GPU stores half, keep every
      * rounding point of the emulation; only the order of the sums changes. */
     d->round16 = dtype == AMP_DTYPE_FLOAT16;
-    amp_status st = conv_build(d, c->engine, l, why, whylen);
+    amp_status st = layer_build(d, c->engine, l, why, whylen);
     if (st == AMP_OK && cn->path == AMP_CPU_AUTO &&
         (is_reference(d->impl[0]) || is_reference(d->impl[1]) || is_reference(d->impl[2]))) {
         amp_errorf(why, whylen, "oneDNN has only reference kernels here (%s, %s, %s)", d->impl[0],
@@ -553,13 +760,19 @@ amp_status amp_onednn_conv_install(amp_layer *al, layer *l, amp_dtype dtype, cha
         return st;
     }
     cpu_layer_of(al)->dnnl = d;
-    al->forward = conv_forward;
-    al->backward = conv_backward;
+    al->forward = conv ? conv_forward : gemm_layer_forward;
+    al->backward = conv ? conv_backward : gemm_layer_backward;
     al->impl = AMP_IMPL_ONEDNN;
     return AMP_OK;
 }
 
-void amp_onednn_conv_free(cpu_layer *c)
+int amp_onednn_fallbacks(const cpu_layer *c)
+{
+    if (!c || !c->dnnl) return 0;
+    return c->dnnl->warned + (c->dnnl->batch == 0); /* failed primitives; a shape it cannot run */
+}
+
+void amp_onednn_free(cpu_layer *c)
 {
     if (!c || !c->dnnl) return;
     conv_release(c->dnnl);

@@ -393,6 +393,23 @@ static void cpu_half(const char *cfg, const char *path, int resize)
     }
 }
 
+#ifdef AMP_HAVE_ONEDNN
+/* Runs of layers installed on oneDNN that went to the emulation instead
+ * (sub-layers included): a comparison with the emulation must not compare it
+ * with itself. */
+static int onednn_fallbacks(network *net)
+{
+    const amp_net *an = amp_net_of(net);
+    int n = 0;
+    for (int i = 0; i < net->n; ++i) {
+        const amp_layer *al = &an->layers[i];
+        n += amp_onednn_fallbacks(cpu_layer_of(al));
+        for (int k = 0; k < al->nsubs; ++k) n += amp_onednn_fallbacks(cpu_layer_of(&al->subs[k]));
+    }
+    return n;
+}
+#endif
+
 /* --onednn: oneDNN in float32 against darknet, in bfloat16 against the emulation. */
 static int onednn(const char *cfg, int expect, int resize)
 {
@@ -418,12 +435,14 @@ static int onednn(const char *cfg, int expect, int resize)
     for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; ++k) {
         network *nets[2] = {build(cfg, &pairs[k].ref), build(cfg, &pairs[k].got)};
         int dnnl = count_impl(nets[1], AMP_IMPL_ONEDNN);
-        CHECK(dnnl == expect, "%s: %d convolutions run through oneDNN (expected %d)",
+        CHECK(dnnl == expect, "%s: %d layers run through oneDNN (expected %d)",
               pairs[k].bd.name, dnnl, expect);
         if (pairs[k].ref.amp)
             CHECK(count_impl(nets[0], AMP_IMPL_ONEDNN) == 0, "%s: the reference runs none "
                   "through oneDNN", pairs[k].bd.name);
         passes(nets, 2, (int[]){0}, (int[]){1}, &pairs[k].bd, 1, resize);
+        CHECK(onednn_fallbacks(nets[1]) == 0, "%s: no oneDNN layer ran in the emulation instead "
+              "(%d did)", pairs[k].bd.name, onednn_fallbacks(nets[1]));
         free_nets(nets, 2);
     }
     return 0;

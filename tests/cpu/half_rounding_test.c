@@ -1,0 +1,318 @@
+/* The CPU's half paths through oneDNN (plugin/cpu/onednn.c: convolutions,
+ * deconvolutions, inner products for connected layers and the connected
+ * sub-layers of rnn, gru and lstm) keep every rounding point of the exact
+ * emulation (plugin/cpu/half.c), the numerics reference: in float16
+ * (float32 kernels on float16-rounded operands, each rounding a call of its
+ * own) and in bfloat16 (oneDNN's bfloat16 tensors).
+ *
+ * On a cfg of such layers with neither batch-norm nor a nonlinearity (and
+ * biases 0, as darknet initialises them), every value a layer stores is what
+ * the next one reads. Same weights, layer by layer: each layer of both
+ * networks gets the same input (the emulation's) in the forward and the same
+ * incoming gradient (the emulation's) in the backward, so that no difference
+ * is carried from one layer to the next:
+ * - rounding points that store a tensor: every layer's output (y), weight
+ *   gradient (dW, added into zeroed weight_updates) and data gradient (dx,
+ *   added into the zeroed delta of the layer before) must be half values;
+ * - rounding points of operands (x, W, dy): each pairs with the emulation,
+ *   which sums the same exact products in another order, so a tensor may
+ *   differ from it only where a float32 sum lands on the other side of a
+ *   half rounding boundary: at most 1 half ulp per element (plus float32
+ *   summation noise where a sum cancels: differ()), in at most MAX_DIFFER of
+ *   the elements. An operand left unrounded shifts every sum by
+ *   up to half an ulp of its terms and changes far more (measured by planting
+ *   each drop: docs/testing.md).
+ * A recurrent layer's sub-layers are called as darknet calls them (patch
+ * 0008): once per time step, each step with its own input and its arrays
+ * offset to that step, forward over the steps, then backward from the last
+ * step to the first; a sub-layer's backward must round that step's input
+ * again (its forward last rounded the last step's). The parent layers
+ * themselves do not run (darknet's CPU rnn and lstm cannot), so the cfg's
+ * recurrent layers are tested through their sub-layers alone.
+ *
+ *   half_rounding_test [--bfloat16] CFG     float16 by default; skipped (77)
+ *                                           without oneDNN or where no layer
+ *                                           goes through it
+ */
+#include "core.h"
+#include "cpu.h"
+#include "check.h"
+#include "half.h"
+#include "nets.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DIFFER 0.02
+
+static amp_dtype dtype = AMP_DTYPE_FLOAT16;
+
+static network *build(const char *cfg, const char *path)
+{
+    network *net = test_net(cfg, 0);
+    amp_options o;
+    amp_options_init(&o, dtype);
+    o.dynamic = 0;
+    o.init_scale = 1;
+    return test_attach(net, &o, path);
+}
+
+static float round_half(float x)
+{
+    return dtype == AMP_DTYPE_BFLOAT16 ? amp_round_bf16(x) : amp_round_f16(x);
+}
+
+/* Elements that are not half values. */
+static size_t not_half(const float *x, size_t n)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i) bad += round_half(x[i]) != x[i];
+    return bad;
+}
+
+/* Elements that differ; of them, how many by more than one half ulp of the
+ * larger of the two (float16: 10 fraction bits, normal from 2^-14; bfloat16:
+ * 7, float32's range), and whether any by more than that plus NOISE times
+ * the tensor's largest value. The emulation and oneDNN add the same exact
+ * products in other orders; where a sum cancels to a value whose half ulp is
+ * below the float32 rounding of its partial sums (float16's subnormals and
+ * smallest normals: its ulp there is 2^-24, float32's at 1), the two can
+ * differ by that rounding too: measured 2 float16 ulps (1.2e-7) at
+ * -2.04e-5 in an rnn sub-layer's output whose largest value is ~2. */
+#define NOISE 0x1p-20
+static size_t differ(const float *a, const float *b, size_t n, size_t *beyond_ulp, int *over)
+{
+    const int bits = dtype == AMP_DTYPE_BFLOAT16 ? 7 : 10;
+    const int emin = dtype == AMP_DTYPE_BFLOAT16 ? -126 : -14;
+    float max = 0;
+    for (size_t i = 0; i < n; ++i) max = fmaxf(max, fabsf(a[i]));
+    size_t d = 0;
+    *beyond_ulp = 0;
+    *over = 0;
+    for (size_t i = 0; i < n; ++i) {
+        if (a[i] == b[i]) continue;
+        ++d;
+        const float m = fmaxf(fabsf(a[i]), fabsf(b[i]));
+        int e;
+        frexpf(m, &e);
+        const float ulp = ldexpf(1.0f, (e - 1 < emin ? emin : e - 1) - bits);
+        const float diff = fabsf(a[i] - b[i]);
+        *beyond_ulp += diff > ulp * 1.0001f;
+        if (diff > ulp * 1.0001f + (float)NOISE * max) *over = 1;
+    }
+    return d;
+}
+
+static size_t nweights(const layer *l)
+{
+    return l->type == CONNECTED ? (size_t)l->inputs * l->outputs : (size_t)l->nweights;
+}
+
+/* Layer i of net, forward, on input x (the emulation's). */
+static void forward_layer(network *net, int i, float *x)
+{
+    network n = *net;
+    layer *l = &net->layers[i];
+    n.index = i;
+    n.input = x;
+    n.train = 1;
+    if (l->delta) memset(l->delta, 0, (size_t)l->outputs * l->batch * sizeof(float));
+    l->forward(*l, n);
+}
+
+/* Layer i of net, backward, on input x, into the delta of the layer before. */
+static void backward_layer(network *net, int i, float *x)
+{
+    network n = *net;
+    layer *l = &net->layers[i];
+    n.index = i;
+    n.input = x;
+    n.delta = i > 0 ? net->layers[i - 1].delta : NULL;
+    n.train = 1;
+    l->backward(*l, n);
+}
+
+static void tensor(const char *what, const float *emu, const float *dnn, size_t n)
+{
+    int over = 0;
+    size_t beyond = 0;
+    const size_t bad = not_half(dnn, n), d = differ(emu, dnn, n, &beyond, &over);
+    const char *type = amp_dtype_name(dtype);
+    CHECK(bad == 0, "%s: all %zu elements %s values (%zu are not)", what, n, type, bad);
+    CHECK(!over && d <= MAX_DIFFER * n,
+          "%s: %zu of %zu elements (%.2f%%) differ from the emulation (bound %.0f%%), %zu of "
+          "them by more than one %s ulp, %s",
+          what, d, n, 100.0 * d / n, 100 * MAX_DIFFER, beyond, type,
+          over ? "NOT within float32 summation noise" : "within float32 summation noise");
+}
+
+static void random_fill(float *x, size_t n, float scale)
+{
+    for (size_t i = 0; i < n; ++i) x[i] = ((float)rand() / RAND_MAX * 2 - 1) * scale;
+}
+
+/* An incoming gradient: random, and every 16th element below half of
+ * float16's smallest subnormal (2^-25), so that rounding it to float16
+ * flushes it to zero (amp_network_flushed counts it). */
+static void random_gradient(float *dy, size_t n)
+{
+    random_fill(dy, n, 0.5f);
+    for (size_t i = 0; i < n; i += 16) dy[i] *= 0x1p-26f;
+}
+
+/* A sub-layer's arrays at time step t, as darknet's increment_layer leaves them. */
+static layer at_step(const layer *s, int t)
+{
+    layer c = *s;
+    const size_t off = (size_t)s->outputs * s->batch * t;
+    c.output += off;
+    c.delta += off;
+    if (c.x) c.x += off;
+    if (c.x_norm) c.x_norm += off;
+    return c;
+}
+
+/* Recurrent layer i's sub-layers, each over the layer's time steps. */
+static void sublayers(network *emu, network *dnn, int i)
+{
+    layer *se[AMP_MAX_SUBLAYERS], *sd[AMP_MAX_SUBLAYERS];
+    const char *names[AMP_MAX_SUBLAYERS];
+    const int ns = amp_sublayers(&emu->layers[i], se, names), steps = emu->layers[i].steps;
+    amp_sublayers(&dnn->layers[i], sd, names);
+    char what[128];
+    for (int k = 0; k < ns; ++k) {
+        const layer *a = se[k], *b = sd[k];
+        const size_t nin = (size_t)a->inputs * a->batch, nout = (size_t)a->outputs * a->batch;
+        float *x = malloc(nin * steps * sizeof(float));
+        float *dxa = malloc(nin * sizeof(float)), *dxb = malloc(nin * sizeof(float));
+        random_fill(x, nin * steps, 1);
+        for (int t = 0; t < steps; ++t) {
+            network n = *emu;
+            n.index = i;
+            n.train = 1;
+            n.input = x + nin * t;
+            layer la = at_step(a, t), lb = at_step(b, t);
+            la.forward(la, n);
+            lb.forward(lb, n);
+            snprintf(what, sizeof what, "layer %d %s step %d output (y)", i, names[k], t);
+            tensor(what, la.output, lb.output, nout);
+        }
+        for (int t = steps - 1; t >= 0; --t) {
+            network n = *emu;
+            n.index = i;
+            n.train = 1;
+            n.input = x + nin * t;
+            layer la = at_step(a, t), lb = at_step(b, t);
+            random_gradient(la.delta, nout);
+            memcpy(lb.delta, la.delta, nout * sizeof(float)); /* same dy */
+            memset(a->weight_updates, 0, nweights(a) * sizeof(float));
+            memset(b->weight_updates, 0, nweights(b) * sizeof(float));
+            memset(dxa, 0, nin * sizeof(float));
+            memset(dxb, 0, nin * sizeof(float));
+            n.delta = dxa;
+            la.backward(la, n);
+            n.delta = dxb;
+            lb.backward(lb, n);
+            snprintf(what, sizeof what, "layer %d %s step %d weight gradient (dW)", i, names[k],
+                     t);
+            tensor(what, a->weight_updates, b->weight_updates, nweights(a));
+            snprintf(what, sizeof what, "layer %d %s step %d data gradient (dx)", i, names[k], t);
+            tensor(what, dxa, dxb, nin);
+        }
+        free(x);
+        free(dxa);
+        free(dxb);
+    }
+}
+
+/* Runs of layers installed on oneDNN that went to the emulation instead
+ * (sub-layers included): a comparison with the emulation must not compare it
+ * with itself. */
+static int onednn_fallbacks(network *net)
+{
+    const amp_net *an = amp_net_of(net);
+    int n = 0;
+    for (int i = 0; i < net->n; ++i) {
+        const amp_layer *al = &an->layers[i];
+        n += amp_onednn_fallbacks(cpu_layer_of(al));
+        for (int k = 0; k < al->nsubs; ++k) n += amp_onednn_fallbacks(cpu_layer_of(&al->subs[k]));
+    }
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    const char *cfg = argc == 2 ? argv[1] : NULL;
+    if (argc == 3 && !strcmp(argv[1], "--bfloat16")) {
+        dtype = AMP_DTYPE_BFLOAT16;
+        cfg = argv[2];
+    }
+    if (!cfg) {
+        fprintf(stderr, "usage: half_rounding_test [--bfloat16] CFG\n");
+        return 2;
+    }
+#ifndef AMP_HAVE_ONEDNN
+    printf("SKIP: built without oneDNN\n");
+    return 77;
+#endif
+    network *emu = build(cfg, "emulate"), *dnn = build(cfg, "auto");
+    int through = 0;
+    for (int i = 0; i < dnn->n; ++i)
+        through += amp_net_of(dnn)->layers[i].impl == AMP_IMPL_ONEDNN;
+    if (!through) {
+        printf("SKIP: no layer runs %s through oneDNN here\n", amp_dtype_name(dtype));
+        return 77;
+    }
+    CHECK(through == dnn->n, "%d of %d layers run %s through oneDNN", through, dnn->n,
+          amp_dtype_name(dtype));
+    char what[128];
+    int recurrent = 0;
+    for (int i = 0; i < emu->n; ++i) recurrent |= amp_net_of(emu)->layers[i].nsubs > 0;
+    test_inputs(emu, 3, 0);
+    if (recurrent) { /* a cfg of recurrent layers: their sub-layers on their own */
+        for (int i = 0; i < emu->n; ++i)
+            if (amp_net_of(emu)->layers[i].nsubs) sublayers(emu, dnn, i);
+        goto done;
+    }
+    for (int i = 0; i < dnn->n; ++i) {
+        float *x = i ? emu->layers[i - 1].output : emu->input;
+        forward_layer(emu, i, x);
+        forward_layer(dnn, i, x);
+        const layer *a = &emu->layers[i], *b = &dnn->layers[i];
+        snprintf(what, sizeof what, "layer %d output (y)", i);
+        tensor(what, a->output, b->output, (size_t)a->outputs * a->batch);
+    }
+    layer *last = &emu->layers[emu->n - 1];
+    srand(5);
+    random_gradient(last->delta, (size_t)last->outputs * last->batch);
+    for (int i = dnn->n - 1; i >= 0; --i) {
+        const layer *a = &emu->layers[i], *b = &dnn->layers[i];
+        memcpy(b->delta, a->delta, (size_t)a->outputs * a->batch * sizeof(float)); /* same dy */
+        float *x = i ? emu->layers[i - 1].output : emu->input;
+        backward_layer(emu, i, x);
+        backward_layer(dnn, i, x);
+        snprintf(what, sizeof what, "layer %d weight gradient (dW)", i);
+        tensor(what, a->weight_updates, b->weight_updates, nweights(a));
+        snprintf(what, sizeof what, "layer %d data gradient (dx, the delta before it)", i);
+        if (i > 0)
+            tensor(what, emu->layers[i - 1].delta, dnn->layers[i - 1].delta,
+                   (size_t)a->inputs * a->batch);
+    }
+done:
+    CHECK(onednn_fallbacks(dnn) == 0, "no oneDNN layer ran in the emulation instead (%d did)",
+          onednn_fallbacks(dnn));
+    /* the incoming gradients' flushes, as amp_network_flushed reports them:
+     * counted where float16 rounds them (bfloat16 keeps float32's range) */
+    const amp_net *ae = amp_net_of(emu), *ad = amp_net_of(dnn);
+    if (dtype == AMP_DTYPE_FLOAT16)
+        CHECK(ae->grad_nonzero == ad->grad_nonzero && ae->grad_flushed == ad->grad_flushed &&
+                  ad->grad_flushed > 0,
+              "incoming gradients: %llu of %llu nonzero elements flushed to zero (emulation: %llu "
+              "of %llu)",
+              ad->grad_flushed, ad->grad_nonzero, ae->grad_flushed, ae->grad_nonzero);
+    free_network(emu);
+    free_network(dnn);
+    return check_report();
+}

@@ -19,6 +19,18 @@
 
 #include <stddef.h>
 
+/* The hot loops of the tails and of max-pooling, compiled for AVX-512, AVX2
+ * and baseline x86-64, one picked when the library loads (GCC's
+ * target_clones, an ifunc): the library itself is built for any x86-64. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define AMP_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+#endif
+#ifndef AMP_SIMD_CLONES
+#define AMP_SIMD_CLONES
+#endif
+
 /* DARKNET_AMP_CPU: which path half layers get (docs/cfg.md). */
 typedef enum amp_cpu_path {
     AMP_CPU_AUTO,    /* oneDNN for bfloat16 where it has an optimised kernel */

@@ -18,6 +18,11 @@
  * give it to their CPU reference (unit.bn_formula checks it). The backward
  * needs none: darknet's CPU backward already uses var + 1e-5, and with the
  * biased variance it is the exact gradient of cuDNN's forward.
+ *
+ * The per-channel work is compiled for AVX-512, AVX2 and baseline x86-64 and
+ * chosen at load time (AMP_SIMD_CLONES, cpu.h): the library is built for any
+ * x86-64, which alone would give these loops 4-wide SSE2. The reductions'
+ * lanes, and so the order of their float sums, follow the vector width.
  */
 #include "cpu.h"
 
@@ -64,139 +69,161 @@ static void gradient_slice(float *d, const float *y, int size, ACTIVATION a)
     }
 }
 
+/* Channel f without batch-norm: bias and activation. */
+AMP_SIMD_CLONES
+static void forward_bias(const layer *l, int f, int n, int size)
+{
+    for (int b = 0; b < l->batch; ++b)
+        activate_slice(l->output + ((long)b * n + f) * size, size, 1, l->biases[f], l->activation);
+}
+
+/* Channel f with batch-norm: statistics (training), normalisation, scale,
+ * bias and activation. */
+AMP_SIMD_CLONES
+static void forward_norm(const layer *l, int train, int f, int n, int size, int cudnn)
+{
+    const int batch = l->batch, count = batch * size;
+    float *y = l->output;
+    float mean, var;
+    if (train) {
+        const float mscale = 1.f / count, vscale = 1.f / (cudnn ? count : count - 1);
+        /* cuDNN's running variance takes the unbiased estimate */
+        const float unbias = cudnn && count > 1 ? (float)count / (count - 1) : 1.f;
+        float s = 0;
+        for (int b = 0; b < batch; ++b) {
+            const float *p = y + ((long)b * n + f) * size;
+#pragma omp simd reduction(+ : s)
+            for (int i = 0; i < size; ++i) s += p[i];
+        }
+        mean = s * mscale;
+        float v = 0;
+        for (int b = 0; b < batch; ++b) {
+            const float *p = y + ((long)b * n + f) * size;
+#pragma omp simd reduction(+ : v)
+            for (int i = 0; i < size; ++i) v += (p[i] - mean) * (p[i] - mean);
+        }
+        var = v * vscale;
+        l->mean[f] = mean;
+        l->variance[f] = var;
+        l->rolling_mean[f] = .99f * l->rolling_mean[f] + .01f * mean;
+        l->rolling_variance[f] = .99f * l->rolling_variance[f] + .01f * (var * unbias);
+    } else {
+        mean = l->rolling_mean[f];
+        var = l->rolling_variance[f];
+    }
+    const float den = cudnn ? sqrtf(var + .00001f) : sqrtf(var) + .000001f;
+    const float sc = l->scales[f], bi = l->biases[f];
+    for (int b = 0; b < batch; ++b) {
+        const long o = ((long)b * n + f) * size;
+        float *p = y + o, *x = l->x + o, *xn = l->x_norm + o;
+        if (train) { /* one pass: the input kept, normalised, normalised kept */
+#pragma omp simd
+            for (int i = 0; i < size; ++i) {
+                const float v = p[i];
+                x[i] = v;
+                xn[i] = p[i] = (v - mean) / den;
+            }
+        } else {
+            memcpy(x, p, size * sizeof(float));
+#pragma omp simd
+            for (int i = 0; i < size; ++i) p[i] = (p[i] - mean) / den;
+        }
+        activate_slice(p, size, sc, bi, l->activation);
+    }
+}
+
 void amp_tail_forward(layer l, network net, int nbias, int bias_size, amp_bn_formula bn)
 {
-    const int batch = l.batch, n = nbias, size = bias_size;
-    const ACTIVATION a = l.activation;
-    const long total = (long)batch * n * size;
-    float *y = l.output;
+    const int n = nbias, size = bias_size, train = net.train, cudnn = bn == AMP_BN_CUDNN;
+    const long total = (long)l.batch * n * size;
     if (!l.batch_normalize) {
 #pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
-        for (int f = 0; f < n; ++f)
-            for (int b = 0; b < batch; ++b) {
-                float *p = y + ((long)b * n + f) * size;
-                activate_slice(p, size, 1, l.biases[f], a);
-            }
+        for (int f = 0; f < n; ++f) forward_bias(&l, f, n, size);
         return;
     }
-    const int cudnn = bn == AMP_BN_CUDNN, count = batch * size;
-    const float mscale = 1.f / count, vscale = 1.f / (cudnn ? count : count - 1);
-    /* cuDNN's running variance takes the unbiased estimate */
-    const float unbias = cudnn && count > 1 ? (float)count / (count - 1) : 1.f;
 #pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
-    for (int f = 0; f < n; ++f) {
-        float mean, var;
-        if (net.train) {
-            float s = 0;
-            for (int b = 0; b < batch; ++b) {
-                const float *p = y + ((long)b * n + f) * size;
+    for (int f = 0; f < n; ++f) forward_norm(&l, train, f, n, size, cudnn);
+}
+
+/* Channel f without batch-norm: the activation's gradient and the bias's. */
+AMP_SIMD_CLONES
+static void backward_bias(const layer *l, int f, int n, int size)
+{
+    float *d = l->delta;
+    for (int b = 0; b < l->batch; ++b) { /* added per image, as darknet does */
+        const long o = ((long)b * n + f) * size;
+        gradient_slice(d + o, l->output + o, size, l->activation);
+        float s = 0;
 #pragma omp simd reduction(+ : s)
-                for (int i = 0; i < size; ++i) s += p[i];
-            }
-            mean = s * mscale;
-            float v = 0;
-            for (int b = 0; b < batch; ++b) {
-                const float *p = y + ((long)b * n + f) * size;
-#pragma omp simd reduction(+ : v)
-                for (int i = 0; i < size; ++i) v += (p[i] - mean) * (p[i] - mean);
-            }
-            var = v * vscale;
-            l.mean[f] = mean;
-            l.variance[f] = var;
-            l.rolling_mean[f] = .99f * l.rolling_mean[f] + .01f * mean;
-            l.rolling_variance[f] = .99f * l.rolling_variance[f] + .01f * (var * unbias);
-        } else {
-            mean = l.rolling_mean[f];
-            var = l.rolling_variance[f];
+        for (int i = 0; i < size; ++i) s += d[o + i];
+        l->bias_updates[f] += s;
+    }
+}
+
+/* Channel f with batch-norm. */
+AMP_SIMD_CLONES
+static void backward_norm(const layer *l, const float *mean, const float *variance, int f, int n,
+                          int size)
+{
+    const int batch = l->batch;
+    float *d = l->delta;
+    const float *y = l->output;
+    const float count = (float)size * batch;
+    /* the activation's gradient, and the bias and scale gradients */
+    float ss = 0;
+    for (int b = 0; b < batch; ++b) {
+        const long o = ((long)b * n + f) * size;
+        gradient_slice(d + o, y + o, size, l->activation);
+        float s = 0;
+        const float *xn = l->x_norm + o;
+#pragma omp simd reduction(+ : s, ss)
+        for (int i = 0; i < size; ++i) {
+            s += d[o + i];
+            ss += d[o + i] * xn[i];
         }
-        const float den = cudnn ? sqrtf(var + .00001f) : sqrtf(var) + .000001f;
-        const float sc = l.scales[f], bi = l.biases[f];
-        for (int b = 0; b < batch; ++b) {
-            const long o = ((long)b * n + f) * size;
-            float *p = y + o, *x = l.x + o, *xn = l.x_norm + o;
-            if (net.train) { /* one pass: the input kept, normalised, normalised kept */
-#pragma omp simd
-                for (int i = 0; i < size; ++i) {
-                    const float v = p[i];
-                    x[i] = v;
-                    xn[i] = p[i] = (v - mean) / den;
-                }
-            } else {
-                memcpy(x, p, size * sizeof(float));
-#pragma omp simd
-                for (int i = 0; i < size; ++i) p[i] = (p[i] - mean) / den;
-            }
-            activate_slice(p, size, sc, bi, a);
+        l->bias_updates[f] += s;
+    }
+    l->scale_updates[f] += ss;
+    /* through the scale and the normalisation */
+    const float sc = l->scales[f], m = mean[f], ve = variance[f] + .00001f;
+    const float inv = 1.f / sqrtf(ve);
+    float md = 0, vd = 0;
+    for (int b = 0; b < batch; ++b) {
+        const long o = ((long)b * n + f) * size;
+        float *dd = d + o;
+        const float *x = l->x + o;
+#pragma omp simd reduction(+ : md, vd)
+        for (int i = 0; i < size; ++i) {
+            dd[i] *= sc;
+            md += dd[i];
+            vd += dd[i] * (x[i] - m);
         }
+    }
+    md *= -inv;
+    vd *= -.5f * powf(ve, -1.5f);
+    l->mean_delta[f] = md;
+    l->variance_delta[f] = vd;
+    const float kv = vd * 2.f / count, km = md / count;
+    for (int b = 0; b < batch; ++b) {
+        const long o = ((long)b * n + f) * size;
+        float *dd = d + o;
+        const float *x = l->x + o;
+#pragma omp simd
+        for (int i = 0; i < size; ++i) dd[i] = dd[i] * inv + kv * (x[i] - m) + km;
     }
 }
 
 void amp_tail_backward(layer l, network net, int nbias, int bias_size)
 {
-    const int batch = l.batch, n = nbias, size = bias_size;
-    const ACTIVATION a = l.activation;
-    const long total = (long)batch * n * size;
-    float *d = l.delta;
-    const float *y = l.output;
+    const int n = nbias, size = bias_size;
+    const long total = (long)l.batch * n * size;
     if (!l.batch_normalize) {
 #pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
-        for (int f = 0; f < n; ++f)
-            for (int b = 0; b < batch; ++b) { /* added per image, as darknet does */
-                const long o = ((long)b * n + f) * size;
-                gradient_slice(d + o, y + o, size, a);
-                float s = 0;
-#pragma omp simd reduction(+ : s)
-                for (int i = 0; i < size; ++i) s += d[o + i];
-                l.bias_updates[f] += s;
-            }
+        for (int f = 0; f < n; ++f) backward_bias(&l, f, n, size);
         return;
     }
     const float *mean = net.train ? l.mean : l.rolling_mean;
     const float *variance = net.train ? l.variance : l.rolling_variance;
-    const float count = (float)size * batch;
 #pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
-    for (int f = 0; f < n; ++f) {
-        /* the activation's gradient, and the bias and scale gradients */
-        float ss = 0;
-        for (int b = 0; b < batch; ++b) {
-            const long o = ((long)b * n + f) * size;
-            gradient_slice(d + o, y + o, size, a);
-            float s = 0;
-            const float *xn = l.x_norm + o;
-#pragma omp simd reduction(+ : s, ss)
-            for (int i = 0; i < size; ++i) {
-                s += d[o + i];
-                ss += d[o + i] * xn[i];
-            }
-            l.bias_updates[f] += s;
-        }
-        l.scale_updates[f] += ss;
-        /* through the scale and the normalisation */
-        const float sc = l.scales[f], m = mean[f], ve = variance[f] + .00001f;
-        const float inv = 1.f / sqrtf(ve);
-        float md = 0, vd = 0;
-        for (int b = 0; b < batch; ++b) {
-            const long o = ((long)b * n + f) * size;
-            float *dd = d + o;
-            const float *x = l.x + o;
-#pragma omp simd reduction(+ : md, vd)
-            for (int i = 0; i < size; ++i) {
-                dd[i] *= sc;
-                md += dd[i];
-                vd += dd[i] * (x[i] - m);
-            }
-        }
-        md *= -inv;
-        vd *= -.5f * powf(ve, -1.5f);
-        l.mean_delta[f] = md;
-        l.variance_delta[f] = vd;
-        const float kv = vd * 2.f / count, km = md / count;
-        for (int b = 0; b < batch; ++b) {
-            const long o = ((long)b * n + f) * size;
-            float *dd = d + o;
-            const float *x = l.x + o;
-#pragma omp simd
-            for (int i = 0; i < size; ++i) dd[i] = dd[i] * inv + kv * (x[i] - m) + km;
-        }
-    }
+    for (int f = 0; f < n; ++f) backward_norm(&l, mean, variance, f, n, size);
 }

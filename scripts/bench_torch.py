@@ -2,15 +2,26 @@
 """PyTorch reference for scripts/bench: a darknet cfg's network, trained in PyTorch.
 
     bench_torch.py CFG --size PX [--batch 8] [--threads 2] [--iters 6] [--warmup 2]
-                       [--modes fp32,bf16] [--darknet-weights FILE]
+                       [--modes fp32,bf16,bf16-cl,bf16-compile-cl] [--darknet-weights FILE]
+    bench_torch.py CFG --size PX --flops-only
 
 Builds the architecture of a darknet cfg (convolutional with or without
 batch_normalize, leaky or linear; maxpool, including the size-2 stride-1
 maxpool that darknet pads on the right and bottom; route; upsample; yolo) as a
 torch module, and trains it at batch B and PX x PX input with SGD (lr 1e-4,
 momentum 0.9, weight decay 5e-4, darknet's defaults for yolov3-tiny but a small
-lr) on random inputs, in float32 and under torch.autocast('cpu',
-dtype=torch.bfloat16), on the given number of threads.
+lr) on random inputs, on the given number of threads, in each mode:
+
+    fp32             float32, eager, NCHW
+    bf16             torch.autocast('cpu', dtype=torch.bfloat16), eager, NCHW
+    bf16-cl          the same in channels_last (NHWC: model and input)
+    bf16-compile     bf16 with the model through torch.compile (Inductor), NCHW
+    bf16-compile-cl  the same in channels_last
+
+torch.compile compiles during the warm-up steps, which are not timed. A
+compile mode that fails (no C++ compiler, no Python.h, an Inductor error) is
+reported as `bench_torch: <mode> failed: <why>` and the other modes go on; a
+failing eager mode is an error.
 
 The loss is a stand-in: the mean squared error between the logistic of each
 yolo head's input and a fixed random target. darknet's yolo loss (anchor
@@ -19,10 +30,12 @@ iteration for all non-convolutional layers together), so the step's compute --
 forward, backward and update of the same convolutions, batch-norms, pools and
 routes -- is the network's, which is what images/s compares.
 
-Prints `bench_torch: params N` (trainable parameters: convolution weights,
-conv biases or batch-norm scales and biases), then one line per mode:
-`bench_torch: <mode> <images/s> images/s (<iters> iterations after <warmup>
-warm-up)`. With --darknet-weights FILE (a weights file darknet saved for the
+Prints `bench_torch: convolution forward flops per image N` (2 * k * k *
+c/groups * filters * out_h * out_w summed over the convolutions; read from the
+cfg without torch, and all that --flops-only prints), `bench_torch: params N`
+(trainable parameters: convolution weights, conv biases or batch-norm scales
+and biases), then one line per mode: `bench_torch: <mode> <images/s> images/s
+(<iters> iterations after <warmup> warm-up taking <s> s; ...)`. With --darknet-weights FILE (a weights file darknet saved for the
 same cfg) it also checks that the file holds exactly the same number of floats
 (parameters plus batch-norm running means and variances) and exits 1 if not.
 """
@@ -57,36 +70,76 @@ def parse_cfg(path):
     return sections
 
 
-def build(torch, sections, size):
-    """Returns (module, yolo layer indices, layer output shapes, BN channels)."""
-    nn = torch.nn
-    F = torch.nn.functional
+def plan(sections, size):
+    """The network's layers with their output shapes, without torch.
+
+    Returns a list of (kind, options, (c, h, w) out) and the forward
+    multiply-add work of the convolutions, in flops (2 per multiply-add), per
+    image: 2*k*k*c/groups*filters*out_h*out_w for each convolution.
+    """
     net = sections[0][1]
     c, h, w = int(net.get('channels', 3)), size, size
-    layers, shapes, yolos = nn.ModuleList(), [], []
-    kinds, routes = [], {}
-    bn_channels = 0
+    layers, flops = [], 0
     for i, (kind, o) in enumerate(sections[1:]):
+        o = dict(o)
         if kind in ('convolutional', 'conv'):
             n, k = int(o.get('filters', 1)), int(o.get('size', 1))
-            s, bn = int(o.get('stride', 1)), int(o.get('batch_normalize', 0))
+            s, g = int(o.get('stride', 1)), int(o.get('groups', 1))
             pad = k // 2 if int(o.get('pad', 0)) else int(o.get('padding', 0))
-            act = o.get('activation', 'logistic')
-            if act not in ('leaky', 'linear'):
-                sys.exit(f"bench_torch: layer {i}: activation {act} not supported (leaky, linear)")
-            mods = [nn.Conv2d(c, n, k, s, pad, bias=not bn)]
-            if bn:
-                # darknet: momentum .01 on the rolling statistics, eps 1e-5 (close enough: timing)
-                mods.append(nn.BatchNorm2d(n, eps=1e-5, momentum=0.01))
-                bn_channels += n
-            if act == 'leaky':
-                mods.append(nn.LeakyReLU(0.1))
-            layers.append(nn.Sequential(*mods))
+            if c % g or n % g:
+                sys.exit(f"bench_torch: layer {i}: groups={g} does not divide {c} inputs and {n} filters")
+            o.update(_c=c, _n=n, _k=k, _s=s, _g=g, _pad=pad)
             c, h, w = n, (h + 2 * pad - k) // s + 1, (w + 2 * pad - k) // s + 1
+            flops += 2 * k * k * (o['_c'] // g) * n * h * w
         elif kind in ('maxpool', 'max'):
             k = int(o.get('size', 1))
             s = int(o.get('stride', 1))
             p = int(o.get('padding', k - 1))  # darknet's default: size-1, offset -p/2
+            o.update(_k=k, _s=s, _p=p, _h=h, _w=w)
+            h, w = (h + p - k) // s + 1, (w + p - k) // s + 1
+        elif kind == 'route':
+            idx = [int(v) for v in o['layers'].split(',')]
+            idx = [j if j >= 0 else i + j for j in idx]
+            if any(j < 0 or j >= i for j in idx):
+                sys.exit(f"bench_torch: layer {i}: route to {o['layers']} out of range")
+            shapes = [layers[j][2] for j in idx]
+            if len({sh[1:] for sh in shapes}) != 1:
+                sys.exit(f"bench_torch: layer {i}: route inputs differ in size")
+            o.update(_idx=idx)
+            c, h, w = sum(sh[0] for sh in shapes), shapes[0][1], shapes[0][2]
+        elif kind == 'upsample':
+            s = int(o.get('stride', 2))
+            o.update(_s=s)
+            h, w = h * s, w * s
+        elif kind == 'yolo':
+            pass
+        else:
+            sys.exit(f"bench_torch: layer {i}: [{kind}] is not supported")
+        layers.append((kind, o, (c, h, w)))
+    return layers, flops
+
+
+def build(torch, layers):
+    """plan()'s layers -> (module, yolo layer indices, BN channels)."""
+    nn = torch.nn
+    F = torch.nn.functional
+    mods, yolos, routes = nn.ModuleList(), [], {}
+    bn_channels = 0
+    for i, (kind, o, _) in enumerate(layers):
+        if kind in ('convolutional', 'conv'):
+            bn = int(o.get('batch_normalize', 0))
+            act = o.get('activation', 'logistic')
+            if act not in ('leaky', 'linear'):
+                sys.exit(f"bench_torch: layer {i}: activation {act} not supported (leaky, linear)")
+            seq = [nn.Conv2d(o['_c'], o['_n'], o['_k'], o['_s'], o['_pad'], groups=o['_g'], bias=not bn)]
+            if bn:
+                # darknet: momentum .01 on the rolling statistics, eps 1e-5 (close enough: timing)
+                seq.append(nn.BatchNorm2d(o['_n'], eps=1e-5, momentum=0.01))
+                bn_channels += o['_n']
+            if act == 'leaky':
+                seq.append(nn.LeakyReLU(0.1))
+            mods.append(nn.Sequential(*seq))
+        elif kind in ('maxpool', 'max'):
 
             class MaxPool(nn.Module):
                 def __init__(self, k, s, p, h, w):
@@ -103,34 +156,20 @@ def build(torch, sections, size):
                         x = F.pad(x, (self.lo, self.hi, self.lo, self.hi), value=float('-inf'))
                     return F.max_pool2d(x, self.k, self.s)
 
-            layers.append(MaxPool(k, s, p, h, w))
-            h, w = (h + p - k) // s + 1, (w + p - k) // s + 1
+            mods.append(MaxPool(o['_k'], o['_s'], o['_p'], o['_h'], o['_w']))
         elif kind == 'route':
-            idx = [int(v) for v in o['layers'].split(',')]
-            idx = [j if j >= 0 else i + j for j in idx]
-            if any(j < 0 or j >= i for j in idx):
-                sys.exit(f"bench_torch: layer {i}: route to {o['layers']} out of range")
-            if len({shapes[j][1:] for j in idx}) != 1:
-                sys.exit(f"bench_torch: layer {i}: route inputs differ in size")
-            routes[i] = idx
-            layers.append(nn.Identity())
-            c, h, w = sum(shapes[j][0] for j in idx), shapes[idx[0]][1], shapes[idx[0]][2]
+            routes[i] = o['_idx']
+            mods.append(nn.Identity())
         elif kind == 'upsample':
-            s = int(o.get('stride', 2))
-            layers.append(nn.Upsample(scale_factor=s, mode='nearest'))
-            h, w = h * s, w * s
+            mods.append(nn.Upsample(scale_factor=o['_s'], mode='nearest'))
         elif kind == 'yolo':
             yolos.append(i)
-            layers.append(nn.Identity())
-        else:
-            sys.exit(f"bench_torch: layer {i}: [{kind}] is not supported")
-        kinds.append(kind)
-        shapes.append((c, h, w))
+            mods.append(nn.Identity())
 
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
-            self.layers = layers
+            self.layers = mods
 
         def forward(self, x):
             outs, heads = [], []
@@ -145,7 +184,7 @@ def build(torch, sections, size):
                 outs.append(x)
             return heads
 
-    return Net(), yolos, shapes, bn_channels
+    return Net(), yolos, bn_channels
 
 
 def darknet_floats(path):
@@ -159,6 +198,50 @@ def darknet_floats(path):
     return (size - header) // 4
 
 
+MODES = {  # mode: (autocast bf16, channels_last, torch.compile)
+    'fp32': (False, False, False),
+    'bf16': (True, False, False),
+    'bf16-cl': (True, True, False),
+    'bf16-compile': (True, False, True),
+    'bf16-compile-cl': (True, True, True),
+}
+
+
+def run_mode(torch, a, mode, layers, yolos, batches, targets):
+    """Trains a fresh copy of the network in one mode; returns images/s and
+    the warm-up's seconds (torch.compile compiles during the first step)."""
+    amp, cl, compiled = MODES[mode]
+    torch.manual_seed(1)
+    m, *_ = build(torch, layers)
+    m.train()
+    opt = torch.optim.SGD(m.parameters(), lr=1e-4, momentum=0.9, weight_decay=5e-4)
+    if cl:
+        # oneDNN's convolutions want NHWC; in NCHW PyTorch reorders around each one
+        m = m.to(memory_format=torch.channels_last)
+        batches = [x.to(memory_format=torch.channels_last) for x in batches]
+    step = torch.compile(m) if compiled else m
+    want = [layers[i][2] for i in yolos]
+    times = []
+    for it in range(a.warmup + a.iters):
+        x = batches[it % len(batches)]
+        t = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=amp):
+            heads = step(x)
+            loss = sum(torch.nn.functional.mse_loss(torch.sigmoid(hd.float()), tg)
+                       for hd, tg in zip(heads, targets))
+        if it == 0:
+            got = [tuple(hd.shape[1:]) for hd in heads]
+            if got != want:
+                sys.exit(f"bench_torch: {mode}: yolo heads came out {got}, darknet's are {want}")
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t)
+        if not torch.isfinite(loss):
+            sys.exit(f"bench_torch: {mode}: loss is {loss.item()} at iteration {it + 1}")
+    return a.batch * a.iters / sum(times[a.warmup:]), sum(times[:a.warmup]), loss.item()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('cfg')
@@ -167,21 +250,28 @@ def main():
     ap.add_argument('--threads', type=int, default=2)
     ap.add_argument('--iters', type=int, default=6)
     ap.add_argument('--warmup', type=int, default=2)
-    ap.add_argument('--modes', default='fp32,bf16')
+    ap.add_argument('--modes', default='fp32,bf16,bf16-cl,bf16-compile-cl')
     ap.add_argument('--darknet-weights')
+    ap.add_argument('--flops-only', action='store_true')
     a = ap.parse_args()
     modes = a.modes.split(',')
-    if any(m not in ('fp32', 'bf16') for m in modes) or a.iters < 1 or a.warmup < 0:
-        ap.error('--modes takes fp32 and/or bf16; --iters >= 1, --warmup >= 0')
+    if any(m not in MODES for m in modes) or a.iters < 1 or a.warmup < 0:
+        ap.error(f"--modes takes some of {','.join(MODES)}; --iters >= 1, --warmup >= 0")
+    if any(MODES[m][2] for m in modes) and a.warmup < 1:
+        ap.error('torch.compile modes need --warmup >= 1: the first step compiles')
+    sections = parse_cfg(a.cfg)
+    layers, flops = plan(sections, a.size)
+    print(f"bench_torch: convolution forward flops per image {flops}")
+    if a.flops_only:
+        return 0
 
     import torch  # after argument checks: importing takes seconds
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
-    sections = parse_cfg(a.cfg)
-    model, yolos, shapes, bn_channels = build(torch, sections, a.size)
+    model, yolos, bn_channels = build(torch, layers)
     params = sum(p.numel() for p in model.parameters())
     print(f"bench_torch: torch {torch.__version__}, {a.threads} threads, {a.cfg} at {a.size} px, "
-          f"batch {a.batch}; yolo heads {[shapes[i] for i in yolos]}")
+          f"batch {a.batch}; yolo heads {[layers[i][2] for i in yolos]}")
     print(f"bench_torch: params {params}")
     if a.darknet_weights:
         floats = darknet_floats(a.darknet_weights)
@@ -195,34 +285,18 @@ def main():
 
     channels = int(sections[0][1].get('channels', 3))
     batches = [torch.rand(a.batch, channels, a.size, a.size) for _ in range(2)]
-    targets = [torch.rand(a.batch, *shapes[i]) for i in yolos]
+    targets = [torch.rand(a.batch, *layers[i][2]) for i in yolos]
     for mode in modes:
-        torch.manual_seed(1)
-        m, *_ = build(torch, sections, a.size)
-        m.train()
-        opt = torch.optim.SGD(m.parameters(), lr=1e-4, momentum=0.9, weight_decay=5e-4)
-        times = []
-        for it in range(a.warmup + a.iters):
-            x = batches[it % len(batches)]
-            t = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast('cpu', dtype=torch.bfloat16, enabled=(mode == 'bf16')):
-                heads = m(x)
-                loss = sum(torch.nn.functional.mse_loss(torch.sigmoid(hd.float()), tg)
-                           for hd, tg in zip(heads, targets))
-            if it == 0:
-                got = [tuple(hd.shape[1:]) for hd in heads]
-                if got != [shapes[i] for i in yolos]:
-                    sys.exit(f"bench_torch: yolo heads came out {got}, darknet's are "
-                             f"{[shapes[i] for i in yolos]}")
-            loss.backward()
-            opt.step()
-            times.append(time.perf_counter() - t)
-            if not torch.isfinite(loss):
-                sys.exit(f"bench_torch: {mode}: loss is {loss.item()} at iteration {it + 1}")
-        timed = sum(times[a.warmup:])
-        print(f"bench_torch: {mode} {a.batch * a.iters / timed:.1f} images/s "
-              f"({a.iters} iterations after {a.warmup} warm-up; last loss {loss.item():.5f})")
+        try:
+            rate, warm, loss = run_mode(torch, a, mode, layers, yolos, batches, targets)
+        except Exception as e:  # noqa: BLE001 -- only torch.compile's failures are reported, not raised
+            if not MODES[mode][2]:
+                raise
+            why = ' '.join(str(e).split(' Set TORCHDYNAMO_VERBOSE')[0].split())[:300] or '(no message)'
+            print(f"bench_torch: {mode} failed: {type(e).__name__}: {why}")
+            continue
+        print(f"bench_torch: {mode} {rate:.1f} images/s ({a.iters} iterations after {a.warmup} "
+              f"warm-up taking {warm:.1f} s; last loss {loss:.5f})")
     return 0
 
 

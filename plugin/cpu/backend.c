@@ -160,6 +160,21 @@ static int scale_checked(float *g, size_t n, float k)
     return bad != 0;
 }
 
+/* saved = g, then g *= s: one pass, split between threads. */
+static void save_scaled(float *saved, float *g, size_t n, float s)
+{
+    if (s == 1.0f) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; ++i) saved[i] = g[i];
+        return;
+    }
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; ++i) {
+        saved[i] = g[i];
+        g[i] *= s;
+    }
+}
+
 static void begin_batch(amp_net *an)
 {
     const cpu_net *cn = cpu_net_of(an);
@@ -167,9 +182,7 @@ static void begin_batch(amp_net *an)
     an->batch_scale = s;
     for (int k = 0; k < an->ntensors; ++k) {
         amp_tensor *t = &an->tensors[k];
-        memcpy(cn->saved + t->offset, t->grad, t->n * sizeof(float));
-        if (s != 1.0f)
-            for (size_t i = 0; i < t->n; ++i) t->grad[i] *= s;
+        save_scaled(cn->saved + t->offset, t->grad, t->n, s);
     }
 }
 

@@ -141,6 +141,7 @@ static amp_status layer_install(amp_layer *al, layer *l, char *err, size_t errle
         al->forward = amp_maxpool_forward;
         al->backward = amp_maxpool_backward;
     }
+    if (amp_update_conv_replaces(l)) al->update = amp_update_conv; /* bit for bit, threaded */
     return AMP_OK;
 }
 

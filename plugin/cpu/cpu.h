@@ -11,6 +11,7 @@
  *   round.c    float32 arrays rounded to float16 in place, fast (F16C)
  *   tail.c     batch-norm, bias and activation of a half layer, threaded
  *   maxpool.c  darknet's max-pooling, threaded
+ *   update.c   darknet's convolutional SGD update in one threaded pass
  */
 #ifndef AMP_CPU_H
 #define AMP_CPU_H
@@ -104,6 +105,11 @@ void amp_tail_backward(layer l, network net, int nbias, int bias_size);
 /* maxpool.c: darknet's max-pooling, multi-threaded, same results. */
 void amp_maxpool_forward(layer l, network net);
 void amp_maxpool_backward(layer l, network net);
+
+/* update.c: darknet's update_convolutional_layer in one threaded pass, bit
+ * for bit; amp_update_conv_replaces says whether l's update is darknet's. */
+void amp_update_conv(layer l, update_args a);
+int amp_update_conv_replaces(const layer *l);
 
 /* onednn.c: l (a convolutional, deconvolutional or connected layer, or a
  * recurrent layer's connected sub-layer) through oneDNN into al, or why not

@@ -322,6 +322,30 @@ static amp_status conv_primitives(amp_dnnl_conv *d, dnnl_engine_t e, const layer
     return AMP_OK;
 }
 
+/* The end of a build: given the primitives' status st, the memories and
+ * reorders for darknet's arrays ux, uy, uw; the descriptors destroyed; on
+ * failure everything released, else the shape recorded. */
+static amp_status build_end(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, amp_status st,
+                            const dnnl_memory_desc_t *ux, const dnnl_memory_desc_t *uy,
+                            const dnnl_memory_desc_t *uw, dnnl_primitive_desc_t fpd,
+                            dnnl_primitive_desc_t dpd, dnnl_primitive_desc_t wpd, char *why,
+                            size_t whylen)
+{
+    if (st == AMP_OK) st = conv_memories(d, e, ux, uy, uw, fpd, dpd, wpd, why, whylen);
+    if (fpd) dnnl_primitive_desc_destroy(fpd);
+    if (dpd) dnnl_primitive_desc_destroy(dpd);
+    if (wpd) dnnl_primitive_desc_destroy(wpd);
+    if (st != AMP_OK) {
+        conv_release(d);
+        return st;
+    }
+    d->batch = l->batch;
+    d->h = l->h;
+    d->w = l->w;
+    d->w_fwd_version = d->w_bwd_version = 0;
+    return AMP_OK;
+}
+
 /* Makes every primitive and buffer for l's current shape, or says why oneDNN
  * cannot (the caller falls back to the emulation). */
 static amp_status conv_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, char *why,
@@ -344,19 +368,7 @@ static amp_status conv_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, 
     md_any(&adw, wnd, g > 1 ? wgd : wd, dt); /* the weight gradient in the half dtype, as a GPU */
     dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
     amp_status st = conv_primitives(d, e, l, &ax, &aw, &ay, &adw, &fpd, &dpd, &wpd, why, whylen);
-    if (st == AMP_OK) st = conv_memories(d, e, &ux, &uy, &uw, fpd, dpd, wpd, why, whylen);
-    if (fpd) dnnl_primitive_desc_destroy(fpd);
-    if (dpd) dnnl_primitive_desc_destroy(dpd);
-    if (wpd) dnnl_primitive_desc_destroy(wpd);
-    if (st != AMP_OK) {
-        conv_release(d);
-        return st;
-    }
-    d->batch = l->batch;
-    d->h = l->h;
-    d->w = l->w;
-    d->w_fwd_version = d->w_bwd_version = 0;
-    return AMP_OK;
+    return build_end(d, e, l, st, &ux, &uy, &uw, fpd, dpd, wpd, why, whylen);
 }
 
 /* Deconvolutional and connected layers: the same three primitives and the
@@ -447,19 +459,7 @@ static amp_status gemm_layer_build(amp_dnnl_conv *d, dnnl_engine_t e, const laye
             st = AMP_ERR_DEVICE;
         }
     }
-    if (st == AMP_OK) st = conv_memories(d, e, &ux, &uy, &uw, fpd, dpd, wpd, why, whylen);
-    if (fpd) dnnl_primitive_desc_destroy(fpd);
-    if (dpd) dnnl_primitive_desc_destroy(dpd);
-    if (wpd) dnnl_primitive_desc_destroy(wpd);
-    if (st != AMP_OK) {
-        conv_release(d);
-        return st;
-    }
-    d->batch = l->batch;
-    d->h = l->h;
-    d->w = l->w;
-    d->w_fwd_version = d->w_bwd_version = 0;
-    return AMP_OK;
+    return build_end(d, e, l, st, &ux, &uy, &uw, fpd, dpd, wpd, why, whylen);
 }
 
 /* The primitives of l's kind for its current shape. */
@@ -485,12 +485,14 @@ static void emulated_backward(layer l, network net)
     else amp_emulated_conv_backward(l, net);
 }
 
-/* Multiply-adds of one GEMM pass of a deconvolutional or connected layer
- * (DARKNET_AMP_PROFILE). */
-static double gemm_layer_macs(const layer *l)
+/* Multiply-adds of one pass (forward, backward-data or backward-weights) of
+ * a layer (DARKNET_AMP_PROFILE). */
+static double layer_macs(const layer *l)
 {
     if (l->type == CONNECTED) return (double)l->batch * l->inputs * l->outputs;
-    return (double)l->batch * l->h * l->w * l->c * l->n * l->size * l->size;
+    if (l->type == DECONVOLUTIONAL)
+        return (double)l->batch * l->h * l->w * l->c * l->n * l->size * l->size;
+    return (double)l->batch * l->out_h * l->out_w * l->n * (l->c / l->groups) * l->size * l->size;
 }
 
 /* Runs one primitive. A failure is not expected once the primitive exists;
@@ -559,45 +561,6 @@ static void fall_back_forward(amp_layer *al, amp_dnnl_conv *d, layer l, network 
     emulated_forward(l, net);
 }
 
-static void conv_forward(layer l, network net)
-{
-    amp_layer *al = l.hook_data;
-    amp_dnnl_conv *d = cpu_layer_of(al)->dnnl;
-    const int profile = al->owner->env.profile;
-    double t0 = profile ? amp_clock() : 0;
-    d->onednn_forward = 0;
-    if (ensure_shape(al, &l) != AMP_OK) { /* said why */
-        amp_emulated_conv_forward(l, net);
-        return;
-    }
-    set(&d->x_user, net.input);
-    set(&d->y_user, l.output);
-    dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, d->x.m}, {DNNL_ARG_WEIGHTS, d->w_fwd.m},
-                            {DNNL_ARG_DST, d->y.m}};
-    if (weights_for(al, &l, d->r_w_fwd, &d->w_fwd, &d->w_fwd_version) != AMP_OK ||
-        run_reorder(al, d->r_x, &d->x_user, &d->x) != AMP_OK) {
-        fall_back_forward(al, d, l, net);
-        return;
-    }
-    if (d->round16) round16(al, &d->x, 0);
-    if (run(al, d->fwd, 3, a) != AMP_OK || run_reorder(al, d->r_y, &d->y, &d->y_user) != AMP_OK) {
-        fall_back_forward(al, d, l, net);
-        return;
-    }
-    if (d->round16) amp_cpu_round_f16(l.output, (size_t)l.outputs * l.batch, NULL, NULL);
-    d->onednn_forward = 1;
-    double t1 = profile ? amp_clock() : 0;
-    /* l.output holds the half-rounded convolution (y is bfloat16, or float16-rounded) */
-    amp_tail_forward(l, net, l.n, l.out_h * l.out_w, cpu_net_of(al->owner)->bn_formula);
-    if (profile) {
-        al->prof.fwd_s += amp_clock() - t0;
-        al->prof.gemm_s += t1 - t0;
-        al->prof.gflop += 2e-9 * l.batch * l.out_h * l.out_w * l.n * (l.c / l.groups) * l.size *
-                          l.size;
-        al->prof.calls++;
-    }
-}
-
 /* The weight and data gradients through oneDNN, added into darknet's arrays. */
 static amp_status gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network net)
 {
@@ -631,37 +594,10 @@ static amp_status gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network ne
     return run_reorder(al, d->r_dx, &d->dx, &d->dx_user);
 }
 
-static void conv_backward(layer l, network net)
-{
-    amp_layer *al = l.hook_data;
-    amp_dnnl_conv *d = cpu_layer_of(al)->dnnl;
-    if (!d->onednn_forward) { /* the forward fell back: its buffers are the emulation's */
-        amp_emulated_conv_backward(l, net);
-        return;
-    }
-    const int profile = al->owner->env.profile;
-    double t0 = profile ? amp_clock() : 0;
-    amp_tail_backward(l, net, l.n, l.out_h * l.out_w);
-    double t1 = profile ? amp_clock() : 0;
-    /* A failure mid-way leaves the gradients incomplete: the network's error
-     * stops training before the step is used. */
-    if (gradients(al, d, l, net) != AMP_OK)
-        amp_net_fail(al->owner, AMP_ERR_DEVICE,
-                     "amp: layer %d: a oneDNN primitive failed in backward; its gradients are "
-                     "incomplete", al->index);
-    if (profile) {
-        double t2 = amp_clock();
-        al->prof.bwd_s += t2 - t0;
-        al->prof.gemm_s += t2 - t1;
-        al->prof.gflop += 2e-9 * l.batch * l.out_h * l.out_w * l.n * (l.c / l.groups) * l.size *
-                          l.size * (net.delta ? 2 : 1);
-        al->prof.calls++;
-    }
-}
-
-/* A deconvolutional or connected layer's forward: the convolution's steps
- * (conv_forward) with the output reordered into l.output before its tail. */
-static void gemm_layer_forward(layer l, network net)
+/* A layer's forward: the input and (once per weights version) the weights
+ * to oneDNN's layouts, the primitive, the output back into l.output, then the
+ * float32 tail. */
+static void layer_forward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
     amp_dnnl_conv *d = cpu_layer_of(al)->dnnl;
@@ -689,18 +625,18 @@ static void gemm_layer_forward(layer l, network net)
     if (d->round16) amp_cpu_round_f16(l.output, (size_t)l.outputs * l.batch, NULL, NULL);
     d->onednn_forward = 1;
     double t1 = profile ? amp_clock() : 0;
-    /* l.output: the half-rounded GEMM; out_c biases (a connected layer's
-     * outputs, a deconvolution's filters) over out_h * out_w positions */
+    /* l.output: the half-rounded convolution or GEMM; out_c biases (filters,
+     * or a connected layer's outputs) over out_h * out_w positions */
     amp_tail_forward(l, net, l.out_c, l.out_h * l.out_w, cpu_net_of(al->owner)->bn_formula);
     if (profile) {
         al->prof.fwd_s += amp_clock() - t0;
         al->prof.gemm_s += t1 - t0;
-        al->prof.gflop += 2e-9 * gemm_layer_macs(&l);
+        al->prof.gflop += 2e-9 * layer_macs(&l);
         al->prof.calls++;
     }
 }
 
-static void gemm_layer_backward(layer l, network net)
+static void layer_backward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
     amp_dnnl_conv *d = cpu_layer_of(al)->dnnl;
@@ -712,6 +648,8 @@ static void gemm_layer_backward(layer l, network net)
     double t0 = profile ? amp_clock() : 0;
     amp_tail_backward(l, net, l.out_c, l.out_h * l.out_w);
     double t1 = profile ? amp_clock() : 0;
+    /* A failure mid-way leaves the gradients incomplete: the network's error
+     * stops training before the step is used. */
     if (gradients(al, d, l, net) != AMP_OK)
         amp_net_fail(al->owner, AMP_ERR_DEVICE,
                      "amp: layer %d: a oneDNN primitive failed in backward; its gradients are "
@@ -720,7 +658,7 @@ static void gemm_layer_backward(layer l, network net)
         double t2 = amp_clock();
         al->prof.bwd_s += t2 - t0;
         al->prof.gemm_s += t2 - t1;
-        al->prof.gflop += 2e-9 * gemm_layer_macs(&l) * (net.delta ? 2 : 1);
+        al->prof.gflop += 2e-9 * layer_macs(&l) * (net.delta ? 2 : 1);
         al->prof.calls++;
     }
 }
@@ -760,8 +698,8 @@ amp_status amp_onednn_install(amp_layer *al, layer *l, amp_dtype dtype, char *wh
         return st;
     }
     cpu_layer_of(al)->dnnl = d;
-    al->forward = conv ? conv_forward : gemm_layer_forward;
-    al->backward = conv ? conv_backward : gemm_layer_backward;
+    al->forward = layer_forward;
+    al->backward = layer_backward;
     al->impl = AMP_IMPL_ONEDNN;
     return AMP_OK;
 }

@@ -39,6 +39,7 @@
 #include "check.h"
 #include "half.h"
 #include "nets.h"
+#include "onednn_fallbacks.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -227,20 +228,6 @@ static void sublayers(network *emu, network *dnn, int i)
     }
 }
 
-/* Runs of layers installed on oneDNN that went to the emulation instead
- * (sub-layers included): a comparison with the emulation must not compare it
- * with itself. */
-static int onednn_fallbacks(network *net)
-{
-    const amp_net *an = amp_net_of(net);
-    int n = 0;
-    for (int i = 0; i < net->n; ++i) {
-        const amp_layer *al = &an->layers[i];
-        n += amp_onednn_fallbacks(cpu_layer_of(al));
-        for (int k = 0; k < al->nsubs; ++k) n += amp_onednn_fallbacks(cpu_layer_of(&al->subs[k]));
-    }
-    return n;
-}
 
 int main(int argc, char **argv)
 {

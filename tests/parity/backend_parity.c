@@ -80,6 +80,7 @@
 #include "cpu.h"   /* amp_bn_formula */
 #include "check.h"
 #include "nets.h"
+#include "onednn_fallbacks.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -392,23 +393,6 @@ static void cpu_half(const char *cfg, const char *path, int resize)
         free_nets(nets, 2);
     }
 }
-
-#ifdef AMP_HAVE_ONEDNN
-/* Runs of layers installed on oneDNN that went to the emulation instead
- * (sub-layers included): a comparison with the emulation must not compare it
- * with itself. */
-static int onednn_fallbacks(network *net)
-{
-    const amp_net *an = amp_net_of(net);
-    int n = 0;
-    for (int i = 0; i < net->n; ++i) {
-        const amp_layer *al = &an->layers[i];
-        n += amp_onednn_fallbacks(cpu_layer_of(al));
-        for (int k = 0; k < al->nsubs; ++k) n += amp_onednn_fallbacks(cpu_layer_of(&al->subs[k]));
-    }
-    return n;
-}
-#endif
 
 /* --onednn: oneDNN in float32 against darknet, in bfloat16 against the emulation. */
 static int onednn(const char *cfg, int expect, int resize)

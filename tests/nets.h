@@ -58,6 +58,32 @@ static inline void test_inputs(network *net, unsigned seed, int labels)
 
 /* 1 where GPU 0 can run a test (a CUDA build with a device, selected), else
  * 0 after printing why the test is skipped. */
+/* Layer i of net alone, forward, on input x, in training mode (its delta
+ * zeroed first, as darknet's forward_network does). */
+static inline void test_forward_layer(network *net, int i, float *x)
+{
+    network n = *net;
+    layer *l = &net->layers[i];
+    n.index = i;
+    n.input = x;
+    n.train = 1;
+    if (l->delta) memset(l->delta, 0, (size_t)l->outputs * l->batch * sizeof(float));
+    l->forward(*l, n);
+}
+
+/* Layer i of net alone, backward, on input x, into the delta of the layer
+ * before. */
+static inline void test_backward_layer(network *net, int i, float *x)
+{
+    network n = *net;
+    layer *l = &net->layers[i];
+    n.index = i;
+    n.input = x;
+    n.delta = i > 0 ? net->layers[i - 1].delta : NULL;
+    n.train = 1;
+    l->backward(*l, n);
+}
+
 static inline int test_gpu_available(void)
 {
 #ifndef GPU

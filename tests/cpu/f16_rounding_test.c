@@ -68,30 +68,6 @@ static size_t differ(const float *a, const float *b, size_t n, int *over_ulp)
     return d;
 }
 
-/* Layer i of net, forward, on input x (the emulation's). */
-static void forward_layer(network *net, int i, float *x)
-{
-    network n = *net;
-    layer *l = &net->layers[i];
-    n.index = i;
-    n.input = x;
-    n.train = 1;
-    if (l->delta) memset(l->delta, 0, (size_t)l->outputs * l->batch * sizeof(float));
-    l->forward(*l, n);
-}
-
-/* Layer i of net, backward, on input x, into the delta of the layer before. */
-static void backward_layer(network *net, int i, float *x)
-{
-    network n = *net;
-    layer *l = &net->layers[i];
-    n.index = i;
-    n.input = x;
-    n.delta = i > 0 ? net->layers[i - 1].delta : NULL;
-    n.train = 1;
-    l->backward(*l, n);
-}
-
 static void tensor(const char *what, int i, const float *emu, const float *dnn, size_t n)
 {
     int over = 0;
@@ -125,8 +101,8 @@ int main(int argc, char **argv)
     test_inputs(emu, 3, 0);
     for (int i = 0; i < dnn->n; ++i) {
         float *x = i ? emu->layers[i - 1].output : emu->input;
-        forward_layer(emu, i, x);
-        forward_layer(dnn, i, x);
+        test_forward_layer(emu, i, x);
+        test_forward_layer(dnn, i, x);
         const layer *a = &emu->layers[i], *b = &dnn->layers[i];
         tensor("output (y)", i, a->output, b->output, (size_t)a->outputs * a->batch);
     }
@@ -138,8 +114,8 @@ int main(int argc, char **argv)
         const layer *a = &emu->layers[i], *b = &dnn->layers[i];
         memcpy(b->delta, a->delta, (size_t)a->outputs * a->batch * sizeof(float)); /* same dy */
         float *x = i ? emu->layers[i - 1].output : emu->input;
-        backward_layer(emu, i, x);
-        backward_layer(dnn, i, x);
+        test_backward_layer(emu, i, x);
+        test_backward_layer(dnn, i, x);
         tensor("weight gradient (dW)", i, a->weight_updates, b->weight_updates,
                (size_t)a->nweights);
         if (i > 0)

@@ -45,6 +45,18 @@ static inline network *test_attach(network *net, const amp_options *o, const cha
 
 /* Inputs uniform in [-1, 1] from srand(seed); with labels, one random class
  * per image (softmax and cost layers). */
+/* cfg's network (CPU) with AMP in dtype at a static loss scale of 1, on the
+ * CPU path cpu_path: the rounding tests' setting (no scaling to undo). */
+static inline network *test_half_static(const char *cfg, amp_dtype dtype, const char *cpu_path)
+{
+    network *net = test_net(cfg, 0);
+    amp_options o;
+    amp_options_init(&o, dtype);
+    o.dynamic = 0;
+    o.init_scale = 1;
+    return test_attach(net, &o, cpu_path);
+}
+
 static inline void test_inputs(network *net, unsigned seed, int labels)
 {
     srand(seed);

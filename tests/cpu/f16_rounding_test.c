@@ -32,16 +32,6 @@
 
 #define MAX_DIFFER 0.02
 
-static network *build(const char *cfg, const char *path)
-{
-    network *net = test_net(cfg, 0);
-    amp_options o;
-    amp_options_init(&o, AMP_DTYPE_FLOAT16);
-    o.dynamic = 0;
-    o.init_scale = 1;
-    return test_attach(net, &o, path);
-}
-
 /* Elements that are not float16 values. */
 static size_t not_f16(const float *x, size_t n)
 {
@@ -89,7 +79,8 @@ int main(int argc, char **argv)
     printf("SKIP: built without oneDNN\n");
     return 77;
 #endif
-    network *emu = build(argv[1], "emulate"), *dnn = build(argv[1], "auto");
+    network *emu = test_half_static(argv[1], AMP_DTYPE_FLOAT16, "emulate");
+    network *dnn = test_half_static(argv[1], AMP_DTYPE_FLOAT16, "auto");
     int through = 0;
     for (int i = 0; i < dnn->n; ++i)
         through += amp_net_of(dnn)->layers[i].impl == AMP_IMPL_ONEDNN;

@@ -50,16 +50,6 @@
 
 static amp_dtype dtype = AMP_DTYPE_FLOAT16;
 
-static network *build(const char *cfg, const char *path)
-{
-    network *net = test_net(cfg, 0);
-    amp_options o;
-    amp_options_init(&o, dtype);
-    o.dynamic = 0;
-    o.init_scale = 1;
-    return test_attach(net, &o, path);
-}
-
 static float round_half(float x)
 {
     return dtype == AMP_DTYPE_BFLOAT16 ? amp_round_bf16(x) : amp_round_f16(x);
@@ -220,7 +210,8 @@ int main(int argc, char **argv)
     printf("SKIP: built without oneDNN\n");
     return 77;
 #endif
-    network *emu = build(cfg, "emulate"), *dnn = build(cfg, "auto");
+    network *emu = test_half_static(cfg, dtype, "emulate");
+    network *dnn = test_half_static(cfg, dtype, "auto");
     int through = 0;
     for (int i = 0; i < dnn->n; ++i)
         through += amp_net_of(dnn)->layers[i].impl == AMP_IMPL_ONEDNN;

@@ -145,6 +145,7 @@ typedef struct amp_injection {
 /* DARKNET_AMP_*: the environment, read once per attach (options.c). */
 typedef struct amp_env {
     const char *cpu;        /* DARKNET_AMP_CPU: auto, onednn or emulate (cpu/ parses it) */
+    const char *conv;       /* DARKNET_AMP_CONV: auto, direct or matmul (cpu/ parses it) */
     int profile;            /* DARKNET_AMP_PROFILE: 1 on (2: printed already) */
     const char *inject;     /* DARKNET_AMP_INJECT, or NULL */
 } amp_env;

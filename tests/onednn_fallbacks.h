@@ -17,4 +17,26 @@ static inline int onednn_fallbacks(network *net)
     return n;
 }
 
+/* The convolutions on oneDNN not in the form DARKNET_AMP_CONV forces
+ * (matmul: every ungrouped one as im2col + matmul; direct: none), so that a
+ * test run for one form cannot silently test the other; 0 when auto or
+ * unset. Prints how many run in each form. */
+static inline int onednn_conv_form_mismatches(network *net)
+{
+    const char *form = getenv("DARKNET_AMP_CONV");
+    const int want = !form ? -1 : !strcmp(form, "matmul") ? 1 : !strcmp(form, "direct") ? 0 : -1;
+    const amp_net *an = amp_net_of(net);
+    int counts[2] = {0, 0}, bad = 0;
+    for (int i = 0; i < net->n; ++i) {
+        double td, tm;
+        const int mm = amp_onednn_form(cpu_layer_of(&an->layers[i]), &td, &tm);
+        if (mm < 0 || net->layers[i].type != CONVOLUTIONAL) continue;
+        counts[mm]++;
+        bad += want >= 0 && mm != (want && net->layers[i].groups == 1);
+    }
+    printf("oneDNN convolutions: %d as im2col + matmul, %d as oneDNN's (DARKNET_AMP_CONV=%s)\n",
+           counts[1], counts[0], form ? form : "unset");
+    return bad;
+}
+
 #endif

@@ -13,17 +13,37 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* value (unset and "" mean names[0]) as its index in names, or a message
+ * naming the variable and the values it takes. */
+static amp_status parse_choice(const char *var, const char *value, const char *const names[3],
+                               int *out, char *err, size_t errlen)
+{
+    if (!value || !*value) value = names[0];
+    for (int i = 0; i < 3; ++i)
+        if (!strcmp(value, names[i])) {
+            *out = i;
+            return AMP_OK;
+        }
+    char shown[256]; /* any bytes, any length: escaped and cut */
+    AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen, "%s=%s: expected %s, %s or %s", var,
+                     amp_show(shown, sizeof shown, value, 64), names[0], names[1], names[2]);
+}
+
 amp_status amp_cpu_path_parse(const char *value, amp_cpu_path *out, char *err, size_t errlen)
 {
-    if (!value || !*value || !strcmp(value, "auto")) *out = AMP_CPU_AUTO;
-    else if (!strcmp(value, "onednn")) *out = AMP_CPU_ONEDNN;
-    else if (!strcmp(value, "emulate")) *out = AMP_CPU_EMULATE;
-    else {
-        char shown[256]; /* any bytes, any length: escaped and cut */
-        AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
-                         "DARKNET_AMP_CPU=%s: expected auto, onednn or emulate",
-                         amp_show(shown, sizeof shown, value, 64));
-    }
+    static const char *const names[3] = {"auto", "onednn", "emulate"}; /* amp_cpu_path's order */
+    int i = 0;
+    AMP_FORWARD_IF_ERROR(parse_choice("DARKNET_AMP_CPU", value, names, &i, err, errlen));
+    *out = (amp_cpu_path)i;
+    return AMP_OK;
+}
+
+amp_status amp_conv_form_parse(const char *value, amp_conv_form *out, char *err, size_t errlen)
+{
+    static const char *const names[3] = {"auto", "direct", "matmul"}; /* amp_conv_form's order */
+    int i = 0;
+    AMP_FORWARD_IF_ERROR(parse_choice("DARKNET_AMP_CONV", value, names, &i, err, errlen));
+    *out = (amp_conv_form)i;
     return AMP_OK;
 }
 
@@ -39,6 +59,7 @@ static amp_status net_init(amp_net *an, char *err, size_t errlen)
                         an->cfgfile);
     an->bk = cn;
     AMP_FORWARD_IF_ERROR(amp_cpu_path_parse(an->env.cpu, &cn->path, err, errlen));
+    AMP_FORWARD_IF_ERROR(amp_conv_form_parse(an->env.conv, &cn->conv_form, err, errlen));
     cn->saved = malloc((an->nparams ? an->nparams : 1) * sizeof(float));
     AMP_RETURN_ERROR_IF(!cn->saved, AMP_ERR_NOMEM, err, errlen,
                         "amp: out of memory attaching to %s", an->cfgfile);
@@ -266,6 +287,22 @@ static void describe(const amp_net *an, FILE *out)
         fprintf(out, "amp: warning: this CPU has neither AVX512-BF16 nor AMX (oneDNN sees %s): "
                      "bfloat16 is converted in software here and will be slow, possibly slower "
                      "than float32 (amp=0)\n", isa);
+    /* the convolutions' form: im2col + matmul or oneDNN's, and the timings
+     * that chose it */
+    for (int i = 0; i < an->net->n; ++i) {
+        const amp_layer *al = &an->layers[i];
+        double td, tm;
+        if (al->precision != AMP_PRECISION_HALF || al->impl != AMP_IMPL_ONEDNN ||
+            an->net->layers[i].type != CONVOLUTIONAL)
+            continue;
+        const int mm = amp_onednn_form(cpu_layer_of(al), &td, &tm);
+        if (mm < 0 || (!mm && td < 0)) continue; /* oneDNN's convolution, nothing timed */
+        fprintf(out, "amp:   layer %3d: %s", i, mm ? "im2col + matmul" : "oneDNN convolution");
+        if (td >= 0 && tm >= 0)
+            fprintf(out, " (timed: im2col + matmul %.2f ms, oneDNN convolution %.2f ms, "
+                         "a forward and a backward)", 1e3 * tm, 1e3 * td);
+        fprintf(out, "\n");
+    }
 }
 
 const amp_backend_ops amp_cpu_backend = {

@@ -7,7 +7,9 @@
  *              values, with a GPU's rounding points (the numerics reference)
  *   onednn.c   bfloat16, float16 (float32 kernels on float16-rounded operands) and
  *              float32 convolutions, deconvolutions and inner products (connected
- *              layers) through oneDNN
+ *              layers) through oneDNN; a convolution either as oneDNN's or as
+ *              im2col + matmul, whichever a timing at start-up finds faster
+ *   im2col.c   im2col and col2im over NHWC tensors, for that matmul form
  *   round.c    float32 arrays rounded to float16 in place, fast (F16C)
  *   tail.c     batch-norm, bias and activation of a half layer, threaded
  *   maxpool.c  darknet's max-pooling, threaded
@@ -45,6 +47,13 @@ typedef enum amp_cpu_path {
  * values per channel the normalised values differ by 15%. The CPU runs
  * darknet's; the GPU half layers' tests set AMP_BN_CUDNN on their CPU
  * reference, to compare like with like. */
+/* DARKNET_AMP_CONV: how a convolution goes through oneDNN (docs/cfg.md). */
+typedef enum amp_conv_form {
+    AMP_CONV_AUTO,   /* both timed once per shape, the faster kept (small maps only) */
+    AMP_CONV_DIRECT, /* oneDNN's convolution primitives */
+    AMP_CONV_MATMUL  /* im2col + oneDNN matmul wherever it applies (groups 1) */
+} amp_conv_form;
+
 typedef enum amp_bn_formula {
     AMP_BN_DARKNET_CPU, /* darknet's forward_batchnorm_layer */
     AMP_BN_CUDNN        /* cudnnBatchNormalizationForwardTraining, as darknet calls it */
@@ -62,6 +71,7 @@ typedef struct cpu_net {
     float *saved;              /* every history as it was at the batch start */
     amp_cpu_path path;
     amp_bn_formula bn_formula; /* of the half layers' batch-norm */
+    amp_conv_form conv_form;
     struct amp_dnnl_ctx *dnnl; /* oneDNN engine and stream, NULL until needed */
 } cpu_net;
 
@@ -85,6 +95,8 @@ static inline cpu_layer *cpu_layer_of(const amp_layer *al)
 extern const amp_backend_ops amp_cpu_backend;
 /* Parses DARKNET_AMP_CPU; AMP_ERR_INVALID with a message on a bad value. */
 amp_status amp_cpu_path_parse(const char *value, amp_cpu_path *out, char *err, size_t errlen);
+/* Parses DARKNET_AMP_CONV, the same way. */
+amp_status amp_conv_form_parse(const char *value, amp_conv_form *out, char *err, size_t errlen);
 
 /* half.c: the emulation of l's type into al (forward, backward, impl), or
  * AMP_ERR_INVALID with why when it has none. */
@@ -111,6 +123,17 @@ void amp_maxpool_backward(layer l, network net);
 void amp_update_conv(layer l, update_args a);
 int amp_update_conv_replaces(const layer *l);
 
+/* im2col.c: a convolution's shape (darknet's padding and output size). */
+typedef struct amp_conv_shape {
+    int batch, h, w, c, out_h, out_w, size, stride, pad;
+} amp_conv_shape;
+/* col[P][K] (P = batch * out_h * out_w, K = size * size * c, channel
+ * innermost) from x, NHWC; elements of elt bytes, zeros for the padding. */
+void amp_im2col_nhwc(const void *x, void *col, size_t elt, const amp_conv_shape *s);
+/* dx (NHWC, float32) = the adjoint of im2col applied to dcol[P][K]: every
+ * input position the sum of the window rows that read it. */
+void amp_col2im_nhwc(const float *dcol, float *dx, const amp_conv_shape *s);
+
 /* onednn.c: l (a convolutional, deconvolutional or connected layer, or a
  * recurrent layer's connected sub-layer) through oneDNN into al, or why not
  * (dtype float32 runs the same primitives in float32). */
@@ -122,6 +145,12 @@ void amp_onednn_free(cpu_layer *c);
  * for the tests, which must not compare the emulation with itself. */
 int amp_onednn_fallbacks(const cpu_layer *c);
 void amp_onednn_ctx_free(cpu_net *cn);
+/* A layer on oneDNN: 1 when it runs as im2col + matmul, else 0; -1 when not
+ * on oneDNN. The timings (seconds for a forward and a backward) of the
+ * choice made for its current shape in *t_direct and *t_matmul, -1 where
+ * there was none (DARKNET_AMP_CONV=direct or matmul, a large map, one form
+ * only). */
+int amp_onednn_form(const cpu_layer *c, double *t_direct, double *t_matmul);
 /* The CPU's instruction set as oneDNN sees it ("avx512_core_bf16"), and
  * whether it runs bfloat16 natively (AVX512-BF16 or AMX). */
 const char *amp_onednn_isa(int *native_bf16);

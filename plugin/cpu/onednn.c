@@ -40,6 +40,12 @@ int amp_onednn_fallbacks(const cpu_layer *c)
     return 0;
 }
 void amp_onednn_ctx_free(cpu_net *cn) { (void)cn; }
+int amp_onednn_form(const cpu_layer *c, double *t_direct, double *t_matmul)
+{
+    (void)c;
+    *t_direct = *t_matmul = -1;
+    return -1;
+}
 const char *amp_onednn_isa(int *native_bf16)
 {
     *native_bf16 = 0;
@@ -62,6 +68,32 @@ typedef struct dmem {
     dnnl_memory_t m;
 } dmem;
 
+/* The matmul form's buffers (im2col + matmul): owned ones, and views of
+ * another's storage with the matmul's 2-D (or the reorders' 4-D) shape. */
+typedef struct amp_dnnl_mm {
+    amp_conv_shape shape;
+    dmem col;            /* the input's windows, P x K, the half dtype */
+    dmem dcol;           /* their gradient, P x K, float32 */
+    dmem dxa, dxh;       /* the data gradient, NHWC: float32 sums, rounded to bfloat16 */
+    dmem w_t, w_nk;      /* the OHWI weights as K x N (transposed) and N x K */
+    dmem y4;             /* the P x N output as NHWC */
+    dmem dy_t, dy_pn;    /* the NHWC incoming gradient as N x P (transposed) and P x N */
+    dmem dw4;            /* the N x K weight gradient as OHWI */
+    dnnl_primitive_t r_dxh;
+} amp_dnnl_mm;
+
+/* Which form a convolution took, per shape it ran in (DARKNET_AMP_CONV=auto
+ * times them once per shape, as cuDNN's Find does; random=1 revisits
+ * shapes), with the timings (seconds for a forward and a backward). */
+#define AMP_DNNL_CHOICES 16
+typedef struct amp_dnnl_choice {
+    struct {
+        int batch, h, w, matmul;
+        double t_direct, t_matmul; /* < 0: not timed (one form only) */
+    } shape[AMP_DNNL_CHOICES];
+    int n;
+} amp_dnnl_choice;
+
 typedef struct amp_dnnl_conv {
     /* the shape the primitives were made for */
     int batch, h, w;
@@ -76,6 +108,9 @@ typedef struct amp_dnnl_conv {
     unsigned long w_fwd_version, w_bwd_version;
     int round16;        /* float16: float32 primitives, every operand and result
                            rounded to float16 where the emulation rounds it */
+    int matmul;         /* a convolution as im2col + matmul (mm), not oneDNN's */
+    amp_dnnl_mm mm;
+    amp_dnnl_choice choice;
     int onednn_forward; /* the last forward ran here, not in the fallback */
     int warned;         /* a forward fell back after a failed primitive: said once */
     char impl[3][48];   /* fwd, bwd-data, bwd-weights implementation names */
@@ -156,15 +191,19 @@ static void conv_release(amp_dnnl_conv *d)
 {
     dnnl_primitive_t *prims[] = {&d->fwd, &d->bwd_data, &d->bwd_weights, &d->r_x, &d->r_y,
                                  &d->r_w_fwd, &d->r_w_bwd, &d->r_dy_bw, &d->r_dy_bd, &d->r_x_bw,
-                                 &d->r_dw, &d->r_dx};
+                                 &d->r_dw, &d->r_dx, &d->mm.r_dxh};
     for (size_t i = 0; i < sizeof prims / sizeof prims[0]; ++i) prim_free(prims[i]);
-    /* aliases point at an owner earlier in this list: free from the end */
+    /* aliases point at an owner earlier in this list: free from the end (the
+     * matmul form's views are memories of their own, without storage) */
     dmem *mems[] = {&d->x_user, &d->y_user, &d->w_user, &d->dy_user, &d->dw_user, &d->dx_user,
                     &d->x, &d->y, &d->w_fwd, &d->dy_bw, &d->dw, &d->dx,
-                    &d->w_bwd, &d->dy_bd, &d->x_bw};
+                    &d->w_bwd, &d->dy_bd, &d->x_bw,
+                    &d->mm.col, &d->mm.dcol, &d->mm.dxa, &d->mm.dxh, &d->mm.w_t, &d->mm.w_nk,
+                    &d->mm.y4, &d->mm.dy_t, &d->mm.dy_pn, &d->mm.dw4};
     const int n = (int)(sizeof mems / sizeof mems[0]);
     for (int i = n - 1; i >= 0; --i) mem_free(mems[i], (const dmem *const *)mems, i);
     d->batch = 0;
+    d->matmul = 0;
 }
 
 /* A view of a darknet array (no storage), or oneDNN-owned storage. */
@@ -462,12 +501,147 @@ static amp_status gemm_layer_build(amp_dnnl_conv *d, dnnl_engine_t e, const laye
     return build_end(d, e, l, st, &ux, &uy, &uw, fpd, dpd, wpd, why, whylen);
 }
 
-/* The primitives of l's kind for its current shape. */
-static amp_status layer_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, char *why,
-                              size_t whylen)
+/* ---- A convolution as im2col + matmul (the matmul form) ----
+ *
+ * oneDNN's convolutions run far below the GEMM peak on small maps (a 5 x 5
+ * map of 512 channels in yolov3-tiny at 160 px: its backward-weights at a
+ * sixth of the peak), and their weights go through blocked layouts twice a
+ * step. As one matrix product the same layer is P x K by K x N, with P =
+ * batch x out_h x out_w positions, K = size^2 x c and N filters:
+ *   forward           y[P, N]   = col[P, K] W^T     (W: N x K, OHWI)
+ *   backward-weights  dW[N, K]  = dy^T col
+ *   backward-data     dcol[P, K] = dy W, then col2im
+ * with the input in NHWC (one reorder from darknet's NCHW), the windows
+ * unrolled by im2col.c, the output read back as NHWC. The rounding points are
+ * the direct form's: the input, weights, output, incoming gradient and weight
+ * gradient are stored in the half dtype; the data gradient is summed in
+ * float32 (dcol, then col2im) and rounded once, as a convolution's
+ * backward-data rounds its float32 sums once. */
+
+static void *data_of(const dmem *m)
 {
-    return l->type == CONVOLUTIONAL ? conv_build(d, e, l, why, whylen)
-                                    : gemm_layer_build(d, e, l, why, whylen);
+    void *p = NULL;
+    return dnnl_memory_get_data_handle(m->m, &p) == dnnl_success ? p : NULL;
+}
+
+/* oneDNN-owned storage of dims and tag. */
+static amp_status mem_tag(dmem *m, int nd, const dnnl_dims_t dims, dnnl_data_type_t dt,
+                          dnnl_format_tag_t tag, dnnl_engine_t e, char *why, size_t whylen)
+{
+    dnnl_memory_desc_t md;
+    AMP_FORWARD_IF_ERROR(DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md, nd, dims, dt, tag)));
+    return mem_own(m, &md, e, why, whylen);
+}
+
+/* m: owner's storage seen as md. */
+static amp_status mem_view_on(dmem *m, const dnnl_memory_desc_t *md, const dmem *owner,
+                              dnnl_engine_t e, char *why, size_t whylen)
+{
+    AMP_FORWARD_IF_ERROR(mem_view(m, md, e, why, whylen));
+    return DNNL_CHECK(dnnl_memory_set_data_handle(m->m, data_of(owner)));
+}
+
+/* m: owner's storage as a rows x cols matrix, row-major or, transposed, the
+ * owner's cols x rows matrix read by columns. */
+static amp_status mem_matrix_on(dmem *m, dnnl_dim_t rows, dnnl_dim_t cols, int transposed,
+                                const dmem *owner, dnnl_engine_t e, char *why, size_t whylen)
+{
+    const dnnl_dims_t dims = {rows, cols};
+    const dnnl_dims_t strides = {transposed ? 1 : cols, transposed ? rows : 1};
+    dnnl_memory_desc_t md;
+    AMP_FORWARD_IF_ERROR(DNNL_CHECK(
+        dnnl_memory_desc_init_by_strides(&md, 2, dims, owner->md.data_type, strides)));
+    return mem_view_on(m, &md, owner, e, why, whylen);
+}
+
+/* The matmul primitive c = a b into *p, its implementation's name in impl. */
+static amp_status matmul(dnnl_primitive_t *p, char impl[48], const dmem *a, const dmem *b,
+                         const dmem *c, dnnl_engine_t e, char *why, size_t whylen)
+{
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd = NULL;
+    const char *type = a->md.data_type == dnnl_bf16 ? "bfloat16" : "float32";
+    AMP_RETURN_ERROR_IF(dnnl_matmul_desc_init(&md, &a->md, &b->md, NULL, &c->md) != dnnl_success ||
+                            dnnl_primitive_desc_create(&pd, &md, NULL, e, NULL) != dnnl_success,
+                        AMP_ERR_INVALID, why, whylen, "no oneDNN %s matmul %ldx%ld by %ldx%ld",
+                        type, (long)a->md.dims[0], (long)a->md.dims[1], (long)b->md.dims[0],
+                        (long)b->md.dims[1]);
+    snprintf(impl, 48, "%s", impl_name(pd));
+    dnnl_status_t st = dnnl_primitive_create(p, pd);
+    dnnl_primitive_desc_destroy(pd);
+    AMP_RETURN_ERROR_IF(st != dnnl_success, AMP_ERR_DEVICE, why, whylen,
+                        "oneDNN matmul primitive creation failed (status %d)", (int)st);
+    return AMP_OK;
+}
+
+/* Every buffer, view, matmul and reorder of the matmul form. */
+static amp_status mm_parts(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, char *why,
+                           size_t whylen)
+{
+    const dnnl_data_type_t dt = d->dt, f32 = dnnl_f32;
+    amp_dnnl_mm *m = &d->mm;
+    const dnnl_dim_t P = (dnnl_dim_t)l->batch * l->out_h * l->out_w;
+    const dnnl_dim_t K = (dnnl_dim_t)l->c * l->size * l->size, N = l->n;
+    const dnnl_dims_t xd = {l->batch, l->c, l->h, l->w}, yd = {l->batch, l->n, l->out_h, l->out_w};
+    const dnnl_dims_t wd = {l->n, l->c, l->size, l->size};
+    const dnnl_dims_t pk = {P, K}, pn = {P, N}, nk = {N, K};
+    dnnl_memory_desc_t ux, uy, uw;
+    AMP_FORWARD_IF_ERROR(DNNL_CHECK(dnnl_memory_desc_init_by_tag(&ux, 4, xd, f32, dnnl_nchw)));
+    AMP_FORWARD_IF_ERROR(DNNL_CHECK(dnnl_memory_desc_init_by_tag(&uy, 4, yd, f32, dnnl_nchw)));
+    AMP_FORWARD_IF_ERROR(DNNL_CHECK(dnnl_memory_desc_init_by_tag(&uw, 4, wd, f32, dnnl_oihw)));
+    dmem *users[] = {&d->x_user, &d->y_user, &d->w_user, &d->dy_user, &d->dw_user, &d->dx_user};
+    const dnnl_memory_desc_t *umd[] = {&ux, &uy, &uw, &uy, &uw, &ux};
+    for (int i = 0; i < 6; ++i) AMP_FORWARD_IF_ERROR(mem_view(users[i], umd[i], e, why, whylen));
+    AMP_FORWARD_IF_ERROR(mem_tag(&d->x, 4, xd, dt, dnnl_nhwc, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(mem_tag(&d->w_fwd, 4, wd, dt, dnnl_ohwi, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(mem_tag(&d->dy_bw, 4, yd, dt, dnnl_nhwc, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(mem_tag(&m->col, 2, pk, dt, dnnl_ab, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(mem_tag(&d->y, 2, pn, dt, dnnl_ab, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(mem_tag(&d->dw, 2, nk, dt, dnnl_ab, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(mem_tag(&m->dcol, 2, pk, f32, dnnl_ab, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(mem_tag(&m->dxa, 4, xd, f32, dnnl_nhwc, e, why, whylen));
+    if (dt != f32) AMP_FORWARD_IF_ERROR(mem_tag(&m->dxh, 4, xd, dt, dnnl_nhwc, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(mem_matrix_on(&m->w_t, K, N, 1, &d->w_fwd, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(mem_matrix_on(&m->w_nk, N, K, 0, &d->w_fwd, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(mem_matrix_on(&m->dy_t, N, P, 1, &d->dy_bw, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(mem_matrix_on(&m->dy_pn, P, N, 0, &d->dy_bw, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(mem_view_on(&m->y4, &d->dy_bw.md, &d->y, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(mem_view_on(&m->dw4, &d->w_fwd.md, &d->dw, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(matmul(&d->fwd, d->impl[0], &m->col, &m->w_t, &d->y, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(
+        matmul(&d->bwd_data, d->impl[1], &m->dy_pn, &m->w_nk, &m->dcol, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(
+        matmul(&d->bwd_weights, d->impl[2], &m->dy_t, &m->col, &d->dw, e, why, whylen));
+    const dmem *dx = dt != f32 ? &m->dxh : &m->dxa; /* the rounded data gradient */
+    AMP_FORWARD_IF_ERROR(reorder(&d->r_x, &d->x_user, &d->x, 0, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(reorder(&d->r_w_fwd, &d->w_user, &d->w_fwd, 0, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(reorder(&d->r_y, &m->y4, &d->y_user, 0, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(reorder(&d->r_dy_bw, &d->dy_user, &d->dy_bw, 0, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(reorder(&d->r_dw, &m->dw4, &d->dw_user, 1, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(reorder(&d->r_dx, dx, &d->dx_user, 1, e, why, whylen));
+    if (dt != f32) AMP_FORWARD_IF_ERROR(reorder(&m->r_dxh, &m->dxa, &m->dxh, 0, e, why, whylen));
+    m->shape = (amp_conv_shape){l->batch, l->h, l->w, l->c, l->out_h, l->out_w,
+                                l->size, l->stride, l->pad};
+    return AMP_OK;
+}
+
+/* The matmul form for l's current shape, or why not (everything released). */
+static amp_status mm_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, char *why,
+                           size_t whylen)
+{
+    AMP_RETURN_ERROR_IF(l->type != CONVOLUTIONAL || l->groups != 1, AMP_ERR_INVALID, why, whylen,
+                        "im2col + matmul: not an ungrouped convolution");
+    amp_status st = mm_parts(d, e, l, why, whylen);
+    if (st != AMP_OK) {
+        conv_release(d);
+        return st;
+    }
+    d->matmul = 1;
+    d->batch = l->batch;
+    d->h = l->h;
+    d->w = l->w;
+    d->w_fwd_version = d->w_bwd_version = 0;
+    return AMP_OK;
 }
 
 /* l's emulation (half.c): where oneDNN cannot run a shape or a primitive failed. */
@@ -527,16 +701,234 @@ static void round16(amp_layer *al, const dmem *m, int counts)
 }
 
 /* The half copy of the weights in one layout, refreshed when they changed. */
-static amp_status weights_for(amp_layer *al, const layer *l, dnnl_primitive_t r, dmem *dst,
-                              unsigned long *version)
+static amp_status weights_for(amp_layer *al, amp_dnnl_conv *d, const layer *l,
+                              dnnl_primitive_t r, dmem *dst, unsigned long *version)
 {
     if (*version == al->owner->weights_version) return AMP_OK;
-    amp_dnnl_conv *d = cpu_layer_of(al)->dnnl;
     set(&d->w_user, l->weights);
     AMP_FORWARD_IF_ERROR(run_reorder(al, r, &d->w_user, dst));
     if (d->round16) round16(al, dst, 0);
     *version = al->owner->weights_version;
     return AMP_OK;
+}
+
+/* The input, in oneDNN's layout (rounded for float16) and, in the matmul
+ * form, unrolled into windows. */
+static amp_status input_for(amp_layer *al, amp_dnnl_conv *d, const float *input)
+{
+    set(&d->x_user, (void *)input);
+    AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_x, &d->x_user, &d->x));
+    if (d->round16) round16(al, &d->x, 0);
+    if (d->matmul)
+        amp_im2col_nhwc(data_of(&d->x), data_of(&d->mm.col), d->dt == dnnl_bf16 ? 2 : 4,
+                        &d->mm.shape);
+    return AMP_OK;
+}
+
+/* The convolution or GEMM of a forward into l->output, half-rounded; no tail. */
+static amp_status forward_core(amp_layer *al, amp_dnnl_conv *d, const layer *l, const float *input)
+{
+    set(&d->y_user, l->output);
+    AMP_FORWARD_IF_ERROR(weights_for(al, d, l, d->r_w_fwd, &d->w_fwd, &d->w_fwd_version));
+    AMP_FORWARD_IF_ERROR(input_for(al, d, input));
+    dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, d->matmul ? d->mm.col.m : d->x.m},
+                            {DNNL_ARG_WEIGHTS, d->matmul ? d->mm.w_t.m : d->w_fwd.m},
+                            {DNNL_ARG_DST, d->y.m}};
+    AMP_FORWARD_IF_ERROR(run(al, d->fwd, 3, a));
+    AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_y, d->matmul ? &d->mm.y4 : &d->y, &d->y_user));
+    if (d->round16) amp_cpu_round_f16(l->output, (size_t)l->outputs * l->batch, NULL, NULL);
+    return AMP_OK;
+}
+
+/* The data gradient in the matmul form: dcol = dy W, folded back (col2im)
+ * in float32, rounded once; the rounded array in *out. */
+static amp_status mm_data_gradient(amp_layer *al, amp_dnnl_conv *d, const dmem **out)
+{
+    amp_dnnl_mm *m = &d->mm;
+    dnnl_exec_arg_t b[3] = {{DNNL_ARG_SRC, m->dy_pn.m}, {DNNL_ARG_WEIGHTS, m->w_nk.m},
+                            {DNNL_ARG_DST, m->dcol.m}};
+    AMP_FORWARD_IF_ERROR(run(al, d->bwd_data, 3, b));
+    amp_col2im_nhwc(data_of(&m->dcol), data_of(&m->dxa), &m->shape);
+    *out = &m->dxa;
+    if (m->r_dxh) {
+        AMP_FORWARD_IF_ERROR(run_reorder(al, m->r_dxh, &m->dxa, &m->dxh));
+        *out = &m->dxh;
+    } else if (d->round16) {
+        round16(al, &m->dxa, 0);
+    }
+    return AMP_OK;
+}
+
+/* The weight and data gradients through oneDNN, added into darknet's arrays. */
+static amp_status gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network net)
+{
+    set(&d->dy_user, l.delta);
+    set(&d->dw_user, l.weight_updates);
+    AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_dy_bw, &d->dy_user, &d->dy_bw));
+    if (d->round16) round16(al, &d->dy_bw, 1);
+    /* a recurrent sub-layer: the input is the last time step's */
+    if (al->sub) AMP_FORWARD_IF_ERROR(input_for(al, d, net.input));
+    if (d->r_x_bw) AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_x_bw, &d->x, &d->x_bw));
+    dnnl_exec_arg_t w[3] = {{DNNL_ARG_SRC, d->x_bw.m}, {DNNL_ARG_DIFF_DST, d->dy_bw.m},
+                            {DNNL_ARG_DIFF_WEIGHTS, d->dw.m}};
+    if (d->matmul) { /* dW = dy^T col */
+        w[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, d->mm.dy_t.m};
+        w[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, d->mm.col.m};
+        w[2] = (dnnl_exec_arg_t){DNNL_ARG_DST, d->dw.m};
+    }
+    AMP_FORWARD_IF_ERROR(run(al, d->bwd_weights, 3, w));
+    if (d->round16) round16(al, &d->dw, 0);
+    AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_dw, d->matmul ? &d->mm.dw4 : &d->dw, &d->dw_user));
+    if (!net.delta) return AMP_OK;
+    set(&d->dx_user, net.delta);
+    const dmem *dx = &d->dx;
+    if (d->matmul) {
+        AMP_FORWARD_IF_ERROR(
+            weights_for(al, d, &l, d->r_w_fwd, &d->w_fwd, &d->w_fwd_version));
+        AMP_FORWARD_IF_ERROR(mm_data_gradient(al, d, &dx));
+    } else {
+        if (d->r_dy_bd) {
+            AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_dy_bd, &d->dy_user, &d->dy_bd));
+            if (d->round16) round16(al, &d->dy_bd, 0);
+        }
+        AMP_FORWARD_IF_ERROR(weights_for(al, d, &l, d->r_w_bwd ? d->r_w_bwd : d->r_w_fwd,
+                                         &d->w_bwd,
+                                         d->r_w_bwd ? &d->w_bwd_version : &d->w_fwd_version));
+        dnnl_exec_arg_t b[3] = {{DNNL_ARG_DIFF_DST, d->dy_bd.m}, {DNNL_ARG_WEIGHTS, d->w_bwd.m},
+                                {DNNL_ARG_DIFF_SRC, d->dx.m}};
+        AMP_FORWARD_IF_ERROR(run(al, d->bwd_data, 3, b));
+        if (d->round16) round16(al, &d->dx, 0);
+    }
+    return run_reorder(al, d->r_dx, dx, &d->dx_user);
+}
+
+/* ---- Which form a convolution takes ---- */
+
+/* oneDNN's reference kernels ("ref:any") are slower than darknet's own GEMM:
+ * in auto mode a layer only goes to oneDNN with optimised ones. */
+static int is_reference(const char *impl) { return strncmp(impl, "ref", 3) == 0; }
+
+static int has_reference(const amp_dnnl_conv *d)
+{
+    return is_reference(d->impl[0]) || is_reference(d->impl[1]) || is_reference(d->impl[2]);
+}
+
+/* Maps of at most this many positions per image are timed both ways in auto
+ * mode; on larger ones oneDNN's convolution runs near the GEMM peak (400-680
+ * GFLOP/s from 10 x 10 up in yolov3-tiny at 160 px, against 120-250 on 5 x 5;
+ * docs/benchmarks.md), and im2col's buffer would be size^2 times the input. */
+#define AMP_MATMUL_MAX_POSITIONS 1024
+
+/* Seconds of one forward and backward of d (the weights converted, as in a
+ * training step) on zero-filled scratch arrays: darknet's own arrays and
+ * statistics are not touched. < 0 when a primitive failed. */
+static double time_once(amp_layer *al, amp_dnnl_conv *d, const layer *l, float *scratch)
+{
+    const size_t nx = (size_t)l->batch * l->inputs, ny = (size_t)l->batch * l->outputs;
+    layer t = *l;
+    network n = {0};
+    n.input = scratch;
+    n.delta = scratch + nx;
+    t.output = n.delta + nx;
+    t.delta = t.output + ny;
+    t.weights = t.delta + ny;
+    t.weight_updates = t.weights + l->nweights;
+    d->w_fwd_version = d->w_bwd_version = al->owner->weights_version + 1;
+    const double t0 = amp_clock();
+    const int ok = forward_core(al, d, &t, n.input) == AMP_OK && gradients(al, d, t, n) == AMP_OK;
+    const double dt = amp_clock() - t0;
+    d->w_fwd_version = d->w_bwd_version = 0;
+    return ok ? dt : -1;
+}
+
+/* The best of three timings of each of a and b, after a warm-up, taken in
+ * turn (a, b, a, b, ...) so that a change in the machine's load falls on both. */
+static void time_both(amp_layer *al, amp_dnnl_conv *a, amp_dnnl_conv *b, const layer *l,
+                      double *ta, double *tb)
+{
+    *ta = *tb = -1;
+    const size_t n = 2 * ((size_t)l->batch * (l->inputs + l->outputs) + l->nweights);
+    float *scratch = calloc(n, sizeof *scratch);
+    if (!scratch) return;
+    double best[2] = {-1, -1};
+    int failed[2] = {0, 0};
+    amp_dnnl_conv *form[2] = {a, b};
+    for (int i = 0; i < 4; ++i) /* 0: the warm-up */
+        for (int k = 0; k < 2; ++k) {
+            if (failed[k]) continue;
+            const double t = time_once(al, form[k], l, scratch);
+            failed[k] = t < 0;
+            if (failed[k]) best[k] = -1;
+            else if (i && (best[k] < 0 || t < best[k])) best[k] = t;
+        }
+    free(scratch);
+    *ta = best[0];
+    *tb = best[1];
+}
+
+/* DARKNET_AMP_CONV=auto: both forms built and timed, the faster kept in d
+ * (the direct one already there, with status st); the choice recorded. */
+static amp_status choose(amp_layer *al, amp_dnnl_conv *d, const layer *l, amp_status st,
+                         char *why, size_t whylen)
+{
+    const cpu_net *cn = cpu_net_of(al->owner);
+    amp_dnnl_conv *m = calloc(1, sizeof *m);
+    AMP_RETURN_ERROR_IF(!m, AMP_ERR_NOMEM, why, whylen, "out of memory");
+    m->dt = d->dt;
+    m->round16 = d->round16;
+    char whym[AMP_MSG_LEN];
+    amp_status sm = mm_build(m, cn->dnnl->engine, l, whym, sizeof whym);
+    if (sm == AMP_OK && cn->path == AMP_CPU_AUTO && has_reference(m)) {
+        conv_release(m);
+        sm = AMP_ERR_INVALID;
+    }
+    double td = -1, tm = -1;
+    if (st == AMP_OK && sm == AMP_OK) time_both(al, d, m, l, &td, &tm);
+    const int use_mm = sm == AMP_OK && (st != AMP_OK || (tm >= 0 && (td < 0 || tm < td)));
+    amp_dnnl_choice keep = d->choice;
+    if (use_mm) {
+        conv_release(d);
+        *d = *m;
+        st = AMP_OK;
+    } else {
+        conv_release(m);
+    }
+    free(m);
+    d->choice = keep;
+    if (st == AMP_OK && keep.n < AMP_DNNL_CHOICES) {
+        d->choice.shape[keep.n].batch = l->batch;
+        d->choice.shape[keep.n].h = l->h;
+        d->choice.shape[keep.n].w = l->w;
+        d->choice.shape[keep.n].matmul = use_mm;
+        d->choice.shape[keep.n].t_direct = td;
+        d->choice.shape[keep.n].t_matmul = tm;
+        d->choice.n++;
+    }
+    return st;
+}
+
+/* The primitives of l's kind for its current shape; a convolution in the
+ * form DARKNET_AMP_CONV asks for, or chose before for this shape. */
+static amp_status layer_build(amp_layer *al, amp_dnnl_conv *d, const layer *l, char *why,
+                              size_t whylen)
+{
+    const cpu_net *cn = cpu_net_of(al->owner);
+    const dnnl_engine_t e = cn->dnnl->engine;
+    if (l->type != CONVOLUTIONAL) return gemm_layer_build(d, e, l, why, whylen);
+    if (cn->conv_form == AMP_CONV_MATMUL && l->groups == 1) return mm_build(d, e, l, why, whylen);
+    if (cn->conv_form == AMP_CONV_AUTO)
+        for (int i = 0; i < d->choice.n; ++i)
+            if (d->choice.shape[i].batch == l->batch && d->choice.shape[i].h == l->h &&
+                d->choice.shape[i].w == l->w)
+                return d->choice.shape[i].matmul ? mm_build(d, e, l, why, whylen)
+                                                 : conv_build(d, e, l, why, whylen);
+    amp_status st = conv_build(d, e, l, why, whylen);
+    if (cn->conv_form == AMP_CONV_DIRECT || l->groups != 1) return st;
+    /* auto: a small map, or a shape oneDNN's convolution cannot run */
+    if (st == AMP_OK && (l->out_h * l->out_w > AMP_MATMUL_MAX_POSITIONS ||
+                         (cn->path == AMP_CPU_AUTO && has_reference(d))))
+        return st;
+    return choose(al, d, l, st, why, whylen);
 }
 
 static amp_status ensure_shape(amp_layer *al, const layer *l)
@@ -545,7 +937,7 @@ static amp_status ensure_shape(amp_layer *al, const layer *l)
     if (d->batch == l->batch && d->h == l->h && d->w == l->w) return AMP_OK;
     char why[AMP_MSG_LEN];
     conv_release(d);
-    amp_status st = layer_build(d, cpu_net_of(al->owner)->dnnl->engine, l, why, sizeof why);
+    amp_status st = layer_build(al, d, l, why, sizeof why);
     if (st != AMP_OK)
         fprintf(stderr, "amp: layer %d: oneDNN cannot run %dx%dx%d: %s; emulated\n", al->index,
                 l->w, l->h, l->c, why);
@@ -559,39 +951,6 @@ static void fall_back_forward(amp_layer *al, amp_dnnl_conv *d, layer l, network 
         fprintf(stderr, "amp: layer %d: a oneDNN primitive failed in forward; emulated\n",
                 al->index);
     emulated_forward(l, net);
-}
-
-/* The weight and data gradients through oneDNN, added into darknet's arrays. */
-static amp_status gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network net)
-{
-    set(&d->dy_user, l.delta);
-    set(&d->dw_user, l.weight_updates);
-    AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_dy_bw, &d->dy_user, &d->dy_bw));
-    if (d->round16) round16(al, &d->dy_bw, 1);
-    if (al->sub) { /* a recurrent sub-layer: x holds the last time step's input */
-        set(&d->x_user, net.input);
-        AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_x, &d->x_user, &d->x));
-        if (d->round16) round16(al, &d->x, 0);
-    }
-    if (d->r_x_bw) AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_x_bw, &d->x, &d->x_bw));
-    dnnl_exec_arg_t w[3] = {{DNNL_ARG_SRC, d->x_bw.m}, {DNNL_ARG_DIFF_DST, d->dy_bw.m},
-                            {DNNL_ARG_DIFF_WEIGHTS, d->dw.m}};
-    AMP_FORWARD_IF_ERROR(run(al, d->bwd_weights, 3, w));
-    if (d->round16) round16(al, &d->dw, 0);
-    AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_dw, &d->dw, &d->dw_user));
-    if (!net.delta) return AMP_OK;
-    set(&d->dx_user, net.delta);
-    if (d->r_dy_bd) {
-        AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_dy_bd, &d->dy_user, &d->dy_bd));
-        if (d->round16) round16(al, &d->dy_bd, 0);
-    }
-    AMP_FORWARD_IF_ERROR(weights_for(al, &l, d->r_w_bwd ? d->r_w_bwd : d->r_w_fwd, &d->w_bwd,
-                                     d->r_w_bwd ? &d->w_bwd_version : &d->w_fwd_version));
-    dnnl_exec_arg_t b[3] = {{DNNL_ARG_DIFF_DST, d->dy_bd.m}, {DNNL_ARG_WEIGHTS, d->w_bwd.m},
-                            {DNNL_ARG_DIFF_SRC, d->dx.m}};
-    AMP_FORWARD_IF_ERROR(run(al, d->bwd_data, 3, b));
-    if (d->round16) round16(al, &d->dx, 0);
-    return run_reorder(al, d->r_dx, &d->dx, &d->dx_user);
 }
 
 /* A layer's forward: the input and (once per weights version) the weights
@@ -608,21 +967,10 @@ static void layer_forward(layer l, network net)
         emulated_forward(l, net);
         return;
     }
-    set(&d->x_user, net.input);
-    set(&d->y_user, l.output);
-    dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, d->x.m}, {DNNL_ARG_WEIGHTS, d->w_fwd.m},
-                            {DNNL_ARG_DST, d->y.m}};
-    if (weights_for(al, &l, d->r_w_fwd, &d->w_fwd, &d->w_fwd_version) != AMP_OK ||
-        run_reorder(al, d->r_x, &d->x_user, &d->x) != AMP_OK) {
+    if (forward_core(al, d, &l, net.input) != AMP_OK) {
         fall_back_forward(al, d, l, net);
         return;
     }
-    if (d->round16) round16(al, &d->x, 0);
-    if (run(al, d->fwd, 3, a) != AMP_OK || run_reorder(al, d->r_y, &d->y, &d->y_user) != AMP_OK) {
-        fall_back_forward(al, d, l, net);
-        return;
-    }
-    if (d->round16) amp_cpu_round_f16(l.output, (size_t)l.outputs * l.batch, NULL, NULL);
     d->onednn_forward = 1;
     double t1 = profile ? amp_clock() : 0;
     /* l.output: the half-rounded convolution or GEMM; out_c biases (filters,
@@ -663,10 +1011,6 @@ static void layer_backward(layer l, network net)
     }
 }
 
-/* oneDNN's reference kernels ("ref:any") are slower than darknet's own GEMM:
- * in auto mode a layer only goes to oneDNN with optimised ones. */
-static int is_reference(const char *impl) { return strncmp(impl, "ref", 3) == 0; }
-
 amp_status amp_onednn_install(amp_layer *al, layer *l, amp_dtype dtype, char *why,
                               size_t whylen)
 {
@@ -675,8 +1019,9 @@ amp_status amp_onednn_install(amp_layer *al, layer *l, amp_dtype dtype, char *wh
                         AMP_ERR_INVALID, why, whylen,
                         "not a convolutional, deconvolutional or connected layer");
     cpu_net *cn = cpu_net_of(al->owner);
-    struct amp_dnnl_ctx *c;
-    AMP_FORWARD_IF_ERROR(ctx_of(cn, &c, why, whylen));
+    struct amp_dnnl_ctx *ctx; /* layer_build finds it in cn */
+    AMP_FORWARD_IF_ERROR(ctx_of(cn, &ctx, why, whylen));
+    (void)ctx;
     amp_dnnl_conv *d = calloc(1, sizeof *d);
     AMP_RETURN_ERROR_IF(!d, AMP_ERR_NOMEM, why, whylen, "out of memory");
     d->dt = dtype == AMP_DTYPE_BFLOAT16 ? dnnl_bf16 : dnnl_f32;
@@ -685,9 +1030,8 @@ amp_status amp_onednn_install(amp_layer *al, layer *l, amp_dtype dtype, char *wh
      * rounded to float16, results rounded where a GPU stores half, keep every
      * rounding point of the emulation; only the order of the sums changes. */
     d->round16 = dtype == AMP_DTYPE_FLOAT16;
-    amp_status st = layer_build(d, c->engine, l, why, whylen);
-    if (st == AMP_OK && cn->path == AMP_CPU_AUTO &&
-        (is_reference(d->impl[0]) || is_reference(d->impl[1]) || is_reference(d->impl[2]))) {
+    amp_status st = layer_build(al, d, l, why, whylen);
+    if (st == AMP_OK && cn->path == AMP_CPU_AUTO && has_reference(d)) {
         amp_errorf(why, whylen, "oneDNN has only reference kernels here (%s, %s, %s)", d->impl[0],
                    d->impl[1], d->impl[2]);
         conv_release(d);
@@ -708,6 +1052,20 @@ int amp_onednn_fallbacks(const cpu_layer *c)
 {
     if (!c || !c->dnnl) return 0;
     return c->dnnl->warned + (c->dnnl->batch == 0); /* failed primitives; a shape it cannot run */
+}
+
+int amp_onednn_form(const cpu_layer *c, double *t_direct, double *t_matmul)
+{
+    *t_direct = *t_matmul = -1;
+    const amp_dnnl_conv *d = c ? c->dnnl : NULL;
+    if (!d || !d->batch || !d->bwd_weights) return -1;
+    for (int i = 0; i < d->choice.n; ++i)
+        if (d->choice.shape[i].batch == d->batch && d->choice.shape[i].h == d->h &&
+            d->choice.shape[i].w == d->w) {
+            *t_direct = d->choice.shape[i].t_direct;
+            *t_matmul = d->choice.shape[i].t_matmul;
+        }
+    return d->matmul;
 }
 
 void amp_onednn_free(cpu_layer *c)

@@ -24,6 +24,7 @@
 #include "check.h"
 #include "half.h"
 #include "nets.h"
+#include "onednn_fallbacks.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -89,6 +90,8 @@ int main(int argc, char **argv)
         return 77;
     }
     CHECK(through == dnn->n, "%d of %d convolutions run float16 through oneDNN", through, dnn->n);
+    CHECK(onednn_conv_form_mismatches(dnn) == 0,
+          "every convolution in the form DARKNET_AMP_CONV asks for");
     test_inputs(emu, 3, 0);
     for (int i = 0; i < dnn->n; ++i) {
         float *x = i ? emu->layers[i - 1].output : emu->input;

@@ -257,6 +257,8 @@ int main(int argc, char **argv)
 done:
     CHECK(onednn_fallbacks(dnn) == 0, "no oneDNN layer ran in the emulation instead (%d did)",
           onednn_fallbacks(dnn));
+    CHECK(onednn_conv_form_mismatches(dnn) == 0,
+          "every convolution in the form DARKNET_AMP_CONV asks for");
     /* the incoming gradients' flushes, as amp_network_flushed reports them:
      * counted where float16 rounds them (bfloat16 keeps float32's range) */
     const amp_net *ae = amp_net_of(emu), *ad = amp_net_of(dnn);

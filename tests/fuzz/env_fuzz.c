@@ -1,13 +1,14 @@
 /* fuzz.env: the DARKNET_AMP_* environment variables (plugin/options.c) and
- * the one of them the CPU backend parses (DARKNET_AMP_CPU,
- * amp_cpu_path_parse in plugin/cpu/backend.c).
+ * the two of them the CPU backend parses (DARKNET_AMP_CPU and
+ * DARKNET_AMP_CONV, amp_cpu_path_parse and amp_conv_form_parse in
+ * plugin/cpu/backend.c).
  *
  * Each input sets (putenv) or unsets DARKNET_AMP_PROFILE, DARKNET_AMP_CPU,
- * DARKNET_AMP_INJECT and DARKNET_AMP_TEST_CRASH_IN_SAVE, each value from
+ * DARKNET_AMP_INJECT, DARKNET_AMP_TEST_CRASH_IN_SAVE and DARKNET_AMP_CONV, each value from
  * that variable's corpus (its words, near misses, "", "0 ", "1 ", case
  * variants), then mutated (mutate.h: random and non-ASCII bytes, thousands
- * of characters). Then amp_env_read, amp_env_crash_in_save and
- * amp_cpu_path_parse read them. CRASH_IN_SAVE=1 is only read here: no
+ * of characters). Then amp_env_read, amp_env_crash_in_save,
+ * amp_cpu_path_parse and amp_conv_form_parse read them. CRASH_IN_SAVE=1 is only read here: no
  * state file is written, so nothing crashes on purpose.
  *
  * The contract (docs/cfg.md, docs/state-file.md), on every input:
@@ -19,6 +20,8 @@
  *   "emulate" theirs; anything else AMP_ERR_INVALID with a message that
  *   fits the buffer, is NUL-terminated and printable, and starts with
  *   "DARKNET_AMP_CPU=" (fuzz.h);
+ * - amp_conv_form_parse: the same with auto, direct and matmul, and
+ *   "DARKNET_AMP_CONV=";
  * - nothing reads or writes out of bounds (the sanitized build).
  *
  *   env_fuzz                      N and seed: DARKNET_AMP_FUZZ_N, DARKNET_AMP_FUZZ_SEED
@@ -27,17 +30,18 @@
 
 #include "fuzz.h"
 #include "core.h" /* amp_env, amp_env_read, amp_env_crash_in_save */
-#include "cpu.h"  /* amp_cpu_path_parse */
+#include "cpu.h"  /* amp_cpu_path_parse, amp_conv_form_parse */
 
 #define DEFAULT_N 500000
 #define DEFAULT_SEED 20240612u
 #define VAL_MAX 6000
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-enum { PROFILE, CPU, INJECT, CRASH, NVARS };
+enum { PROFILE, CPU, INJECT, CRASH, CONV, NVARS };
 
 static const char *const names[NVARS] = {"DARKNET_AMP_PROFILE", "DARKNET_AMP_CPU",
-                                         "DARKNET_AMP_INJECT", "DARKNET_AMP_TEST_CRASH_IN_SAVE"};
+                                         "DARKNET_AMP_INJECT", "DARKNET_AMP_TEST_CRASH_IN_SAVE",
+                                         "DARKNET_AMP_CONV"};
 
 static const char *const profile_words[] = {"1", "0", "", "2", "yes", "00", "0 ", " 0", "off",
                                             "-0", "false"};
@@ -45,6 +49,8 @@ static const char *const cpu_words[] = {"auto", "onednn", "emulate", "AUTO", "",
                                         "oneDNN", "auto ", "onednn\n", "dnnl", "emulate\xff"};
 static const char *const inject_words[] = {"3:weights:nan:2,5", "", "0:biases:inf:1",
                                            "1:uz.weights:-inf:4;2:scales:nan:1"};
+static const char *const conv_words[] = {"auto", "direct", "matmul", "", "MATMUL", "im2col",
+                                         "direct ", "matmul\n", "Auto", "gemm"};
 static const char *const crash_words[] = {"1", "0", "", "11", "1 ", " 1", "true", "01", "+1",
                                           "1\n"};
 
@@ -53,9 +59,10 @@ static size_t ndict;
 
 static void dict_init(void)
 {
-    static const char *const *lists[] = {profile_words, cpu_words, inject_words, crash_words};
+    static const char *const *lists[] = {profile_words, cpu_words, inject_words, crash_words,
+                                         conv_words};
     static const size_t sizes[] = {COUNT(profile_words), COUNT(cpu_words), COUNT(inject_words),
-                                   COUNT(crash_words)};
+                                   COUNT(crash_words), COUNT(conv_words)};
     size_t i, j;
     for (i = 0; i < COUNT(lists); ++i)
         for (j = 0; j < sizes[i] && ndict < COUNT(dict); ++j) dict[ndict++] = lists[i][j];
@@ -85,9 +92,10 @@ static void print_input(void *ctx, FILE *out)
 static void make_input(input *in, fz_rng *r)
 {
     static const char *const *words[NVARS] = {profile_words, cpu_words, inject_words,
-                                              crash_words};
+                                              crash_words, conv_words};
     static const size_t nwords[NVARS] = {COUNT(profile_words), COUNT(cpu_words),
-                                         COUNT(inject_words), COUNT(crash_words)};
+                                         COUNT(inject_words), COUNT(crash_words),
+                                         COUNT(conv_words)};
     int v;
     for (v = 0; v < NVARS; ++v) {
         in->set[v] = !fz_chance(r, 20);
@@ -96,7 +104,7 @@ static void make_input(input *in, fz_rng *r)
     }
 }
 
-static fz_count *profile_count, *crash_count, *cpu_count;
+static fz_count *profile_count, *crash_count, *cpu_count, *conv_count;
 
 static void check(fz_run *run, fz_rng *r, const input *in)
 {
@@ -126,6 +134,8 @@ static void check(fz_run *run, fz_rng *r, const input *in)
                           "DARKNET_AMP_PROFILE", NULL);
     if (val[CPU] ? !env.cpu || strcmp(env.cpu, val[CPU]) : env.cpu != NULL)
         fz_violation(run, "amp_env_read: cpu is not DARKNET_AMP_CPU as set", NULL);
+    if (val[CONV] ? !env.conv || strcmp(env.conv, val[CONV]) : env.conv != NULL)
+        fz_violation(run, "amp_env_read: conv is not DARKNET_AMP_CONV as set", NULL);
     if (val[INJECT] ? !env.inject || strcmp(env.inject, val[INJECT]) : env.inject != NULL)
         fz_violation(run, "amp_env_read: inject is not DARKNET_AMP_INJECT as set", NULL);
     if (profile)
@@ -162,6 +172,30 @@ static void check(fz_run *run, fz_rng *r, const input *in)
         ++cpu_count->n_yes;
     else
         ++cpu_count->n_no;
+
+    amp_conv_form form = (amp_conv_form)-1, want_form = AMP_CONV_AUTO;
+    known = 1;
+    fz_err_reset(&e, r);
+    st = amp_conv_form_parse(env.conv, &form, e.buf, e.len);
+    if ((why = fz_check_message(st, &e, "DARKNET_AMP_CONV=", 0))) fz_violation(run, why, e.buf);
+    if (!env.conv || !*env.conv || !strcmp(env.conv, "auto"))
+        want_form = AMP_CONV_AUTO;
+    else if (!strcmp(env.conv, "direct"))
+        want_form = AMP_CONV_DIRECT;
+    else if (!strcmp(env.conv, "matmul"))
+        want_form = AMP_CONV_MATMUL;
+    else
+        known = 0;
+    if (known && (st != AMP_OK || form != want_form))
+        fz_violation(run, "amp_conv_form_parse: a documented value not read as documented",
+                     st ? e.buf : NULL);
+    if (!known && st == AMP_OK)
+        fz_violation(run, "amp_conv_form_parse: accepted a value that is not auto, direct or "
+                          "matmul", NULL);
+    if (st == AMP_OK)
+        ++conv_count->n_yes;
+    else
+        ++conv_count->n_no;
 }
 
 static void counters(fz_run *run)
@@ -169,6 +203,7 @@ static void counters(fz_run *run)
     profile_count = fz_counter(run, "amp_env_read (DARKNET_AMP_PROFILE)", "on", "off");
     crash_count = fz_counter(run, "amp_env_crash_in_save", "on", "off");
     cpu_count = fz_counter(run, "amp_cpu_path_parse (DARKNET_AMP_CPU)", "accepted", "refused");
+    conv_count = fz_counter(run, "amp_conv_form_parse (DARKNET_AMP_CONV)", "accepted", "refused");
 }
 
 static void input_init(input *in)
@@ -213,7 +248,7 @@ int main(void)
 }
 #else
 /* libFuzzer: byte 0 seeds the buffer sizes and says which variables are
- * set (bits 0-3); then the four values, separated by 0 bytes. */
+ * set (bits 0-4); then the five values, separated by 0 bytes. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -427,6 +427,8 @@ static int onednn(const char *cfg, int expect, int resize)
         passes(nets, 2, (int[]){0}, (int[]){1}, &pairs[k].bd, 1, resize);
         CHECK(onednn_fallbacks(nets[1]) == 0, "%s: no oneDNN layer ran in the emulation instead "
               "(%d did)", pairs[k].bd.name, onednn_fallbacks(nets[1]));
+        CHECK(onednn_conv_form_mismatches(nets[1]) == 0,
+              "%s: every convolution in the form DARKNET_AMP_CONV asks for", pairs[k].bd.name);
         free_nets(nets, 2);
     }
     return 0;

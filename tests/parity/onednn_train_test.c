@@ -136,6 +136,8 @@ static int one_dtype(const char *cfg, amp_dtype dt, int steps)
           cfg, name, steps, np, sqrt(u2), upd, UPDATE_REL);
     CHECK(onednn_fallbacks(dnn) == 0, "%s, %s: no oneDNN layer ran in the emulation instead (%d "
           "did)", cfg, name, onednn_fallbacks(dnn));
+    CHECK(onednn_conv_form_mismatches(dnn) == 0,
+          "%s, %s: every convolution in the form DARKNET_AMP_CONV asks for", cfg, name);
     CHECK(amp_scaler_skips(se) == 0 && amp_scaler_skips(sd) == 0,
           "%s, %s: no step skipped (emulated %llu, oneDNN %llu)", cfg, name,
           amp_scaler_skips(se), amp_scaler_skips(sd));

@@ -866,6 +866,14 @@ static void time_both(amp_layer *al, amp_dnnl_conv *a, amp_dnnl_conv *b, const l
     *tb = best[1];
 }
 
+/* A form wins on timing only when it is faster by this factor. Closer calls
+ * go by a fixed rule, the matmul form for maps of at most
+ * AMP_MATMUL_SURE_POSITIONS positions per image, so that the choice, and with
+ * it the order of float32 sums and the training trajectory, does not flip
+ * from run to run with the machine's load. */
+#define AMP_FORM_MARGIN 1.25
+#define AMP_MATMUL_SURE_POSITIONS 64
+
 /* DARKNET_AMP_CONV=auto: both forms built and timed, the faster kept in d
  * (the direct one already there, with status st); the choice recorded. */
 static amp_status choose(amp_layer *al, amp_dnnl_conv *d, const layer *l, amp_status st,
@@ -884,7 +892,11 @@ static amp_status choose(amp_layer *al, amp_dnnl_conv *d, const layer *l, amp_st
     }
     double td = -1, tm = -1;
     if (st == AMP_OK && sm == AMP_OK) time_both(al, d, m, l, &td, &tm);
-    const int use_mm = sm == AMP_OK && (st != AMP_OK || (tm >= 0 && (td < 0 || tm < td)));
+    int use_mm = sm == AMP_OK && (st != AMP_OK || (tm >= 0 && td < 0));
+    if (sm == AMP_OK && st == AMP_OK && tm >= 0 && td >= 0)
+        use_mm = tm * AMP_FORM_MARGIN < td   ? 1
+                 : td * AMP_FORM_MARGIN < tm ? 0
+                                             : l->out_h * l->out_w <= AMP_MATMUL_SURE_POSITIONS;
     amp_dnnl_choice keep = d->choice;
     if (use_mm) {
         conv_release(d);

@@ -127,11 +127,15 @@ int amp_update_conv_replaces(const layer *l);
 typedef struct amp_conv_shape {
     int batch, h, w, c, out_h, out_w, size, stride, pad;
 } amp_conv_shape;
-/* col[P][K] (P = batch * out_h * out_w, K = size * size * c, channel
- * innermost) from x, NHWC; elements of elt bytes, zeros for the padding. */
+/* The largest size^2 im2col and col2im take (darknet's kernels are far
+ * smaller; onednn.c builds no matmul form above it). */
+#define AMP_IM2COL_MAX_WINDOW 1024
+/* col[P][K] (P = batch * out_h * out_w, K = c * size * size, darknet's OIHW
+ * weights order: channel outermost) from x, NHWC; elements of elt (2 or 4)
+ * bytes, zeros for the padding. */
 void amp_im2col_nhwc(const void *x, void *col, size_t elt, const amp_conv_shape *s);
 /* dx (NHWC, float32) = the adjoint of im2col applied to dcol[P][K]: every
- * input position the sum of the window rows that read it. */
+ * input position the sum of the window columns that read it. */
 void amp_col2im_nhwc(const float *dcol, float *dx, const amp_conv_shape *s);
 
 /* onednn.c: l (a convolutional, deconvolutional or connected layer, or a

@@ -4,8 +4,9 @@
  * before the input does.
  *
  * im2col copies values: it must equal darknet's bit for bit, element by
- * element (each (position, kernel row, kernel column, channel) mapped to
- * darknet's (channel, kernel row, kernel column, position)).
+ * element (each (position, channel, kernel row, kernel column) mapped to
+ * darknet's (channel, kernel row, kernel column, position)), in float32 and
+ * as the 2-byte elements of bfloat16.
  *
  * col2im sums the window rows that cover an input position, in another order
  * than darknet's, in float32. With at most n = size^2 terms, each sum is
@@ -21,10 +22,18 @@
 #include "im2col.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 static float frand(void) { return (float)rand() / RAND_MAX * 2.0f - 1.0f; }
+
+static uint16_t high16(float f) /* a bfloat16 by truncation: any 2-byte pattern will do */
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
 
 static void one_shape(int batch, int h, int w, int c, int size, int stride, int pad)
 {
@@ -37,8 +46,10 @@ static void one_shape(int batch, int h, int w, int c, int size, int stride, int 
     float *dx = malloc(nx * sizeof *dx), *ref = calloc(nx, sizeof *ref);
     float *mag = calloc(nx, sizeof *mag), *dcol = malloc(ncol * sizeof *dcol);
     float *dcol_chw = malloc(k * p1 * sizeof *dcol), *abs_chw = malloc(k * p1 * sizeof *dcol);
+    uint16_t *x16 = malloc(nx * sizeof *x16), *col16 = malloc(ncol * sizeof *col16);
     for (size_t i = 0; i < nx; ++i) x[i] = frand();
     for (size_t i = 0; i < ncol; ++i) dcol[i] = frand();
+    for (size_t i = 0; i < nx; ++i) x16[i] = high16(x[i]);
     /* x is NHWC; darknet's image b is CHW */
     for (int b = 0; b < batch; ++b)
         for (int y = 0; y < h; ++y)
@@ -48,8 +59,9 @@ static void one_shape(int batch, int h, int w, int c, int size, int stride, int 
                         x[(((size_t)b * h + y) * w + xx) * c + ch];
 
     amp_im2col_nhwc(x, col, sizeof(float), &s);
+    amp_im2col_nhwc(x16, col16, sizeof(uint16_t), &s);
     amp_col2im_nhwc(dcol, dx, &s);
-    size_t differ = 0;
+    size_t differ = 0, differ16 = 0;
     for (int b = 0; b < batch; ++b) {
         im2col_cpu(xchw + (size_t)b * c * h * w, c, h, w, size, stride, pad, dn);
         for (size_t p = 0; p < p1; ++p)
@@ -57,8 +69,9 @@ static void one_shape(int batch, int h, int w, int c, int size, int stride, int 
                 for (int kw = 0; kw < size; ++kw)
                     for (int ch = 0; ch < c; ++ch) {
                         const size_t row = ((size_t)ch * size + kh) * size + kw;
-                        const size_t at = ((size_t)b * p1 + p) * k + ((size_t)kh * size + kw) * c + ch;
+                        const size_t at = ((size_t)b * p1 + p) * k + row; /* OIHW order */
                         differ += memcmp(&col[at], &dn[row * p1 + p], sizeof(float)) != 0;
+                        differ16 += col16[at] != high16(dn[row * p1 + p]);
                         dcol_chw[row * p1 + p] = dcol[at];
                         abs_chw[row * p1 + p] = fabsf(dcol[at]);
                     }
@@ -69,6 +82,10 @@ static void one_shape(int batch, int h, int w, int c, int size, int stride, int 
           "im2col %dx%dx%d x%d, %dx%d kernel, stride %d, pad %d: %zu of %zu elements differ "
           "from darknet's im2col_cpu (bit for bit)",
           h, w, c, batch, size, size, stride, pad, differ, ncol);
+    CHECK(differ16 == 0,
+          "im2col of 2-byte elements %dx%dx%d x%d, %dx%d kernel, stride %d, pad %d: %zu of %zu "
+          "differ from darknet's (its values' upper halves)",
+          h, w, c, batch, size, size, stride, pad, differ16, ncol);
     const double bound = 2.0 * size * size * ldexp(1, -24);
     size_t over = 0;
     double worst = 0;
@@ -89,7 +106,7 @@ static void one_shape(int batch, int h, int w, int c, int size, int stride, int 
           "%.2g)",
           h, w, c, batch, size, size, stride, pad, over, nx, worst, bound);
     free(x), free(xchw), free(col), free(dn), free(dx), free(ref), free(mag), free(dcol);
-    free(dcol_chw), free(abs_chw);
+    free(dcol_chw), free(abs_chw), free(x16), free(col16);
 }
 
 int main(void)

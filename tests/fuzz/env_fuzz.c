@@ -106,14 +106,64 @@ static void make_input(input *in, fz_rng *r)
 
 static fz_count *profile_count, *crash_count, *cpu_count, *conv_count;
 
+/* The CPU backend's two choices, each parsed into its enum's index in the
+ * names (their order in cpu.h). */
+static const char *const cpu_names[3] = {"auto", "onednn", "emulate"};
+static const char *const conv_names[3] = {"auto", "direct", "matmul"};
+typedef amp_status (*parse_fn)(const char *value, int *out, char *err, size_t errlen);
+
+static amp_status cpu_parse(const char *value, int *out, char *err, size_t errlen)
+{
+    amp_cpu_path path = (amp_cpu_path)-1;
+    amp_status st = amp_cpu_path_parse(value, &path, err, errlen);
+    *out = (int)path;
+    return st;
+}
+
+static amp_status conv_parse(const char *value, int *out, char *err, size_t errlen)
+{
+    amp_conv_form form = (amp_conv_form)-1;
+    amp_status st = amp_conv_form_parse(value, &form, err, errlen);
+    *out = (int)form;
+    return st;
+}
+
+/* value (NULL: unset) read by parse as documented: unset, "" and words[0]
+ * the first, the other names theirs, anything else refused with a message
+ * starting "VAR=". */
+static void check_choice(fz_run *run, fz_rng *r, const char *var, const char *value,
+                         const char *const words[3], parse_fn parse, fz_count *count)
+{
+    char prefix[64], msg[160];
+    const char *why;
+    fz_err e;
+    int got = -1, want = !value || !*value ? 0 : -1;
+    for (int i = 0; i < 3 && value && want < 0; ++i)
+        if (!strcmp(value, words[i])) want = i;
+    fz_err_reset(&e, r); /* before e.len is read */
+    amp_status st = parse(value, &got, e.buf, e.len);
+    snprintf(prefix, sizeof prefix, "%s=", var);
+    if ((why = fz_check_message(st, &e, prefix, 0))) fz_violation(run, why, e.buf);
+    if (want >= 0 && (st != AMP_OK || got != want)) {
+        snprintf(msg, sizeof msg, "%s: a documented value not read as documented", var);
+        fz_violation(run, msg, st ? e.buf : NULL);
+    }
+    if (want < 0 && st == AMP_OK) {
+        snprintf(msg, sizeof msg, "%s: accepted a value that is not %s, %s or %s", var, words[0],
+                 words[1], words[2]);
+        fz_violation(run, msg, NULL);
+    }
+    if (st == AMP_OK)
+        ++count->n_yes;
+    else
+        ++count->n_no;
+}
+
 static void check(fz_run *run, fz_rng *r, const input *in)
 {
-    const char *val[NVARS], *why;
+    const char *val[NVARS];
     amp_env env;
-    amp_cpu_path path = (amp_cpu_path)-1, want;
-    amp_status st;
-    fz_err e;
-    int v, profile, crash, known = 1;
+    int v, profile, crash;
     /* putenv with the harness's own buffer rather than setenv: glibc's
      * setenv keeps a copy of every value it was ever given (getenv's
      * pointers must stay valid), a million inputs' worth of memory. */
@@ -151,51 +201,8 @@ static void check(fz_run *run, fz_rng *r, const input *in)
     else
         ++crash_count->n_no;
 
-    fz_err_reset(&e, r); /* before e.len is read */
-    st = amp_cpu_path_parse(env.cpu, &path, e.buf, e.len);
-    if ((why = fz_check_message(st, &e, "DARKNET_AMP_CPU=", 0))) fz_violation(run, why, e.buf);
-    if (!env.cpu || !*env.cpu || !strcmp(env.cpu, "auto"))
-        want = AMP_CPU_AUTO;
-    else if (!strcmp(env.cpu, "onednn"))
-        want = AMP_CPU_ONEDNN;
-    else if (!strcmp(env.cpu, "emulate"))
-        want = AMP_CPU_EMULATE;
-    else
-        known = 0;
-    if (known && (st != AMP_OK || path != want))
-        fz_violation(run, "amp_cpu_path_parse: a documented value not read as documented",
-                     st ? e.buf : NULL);
-    if (!known && st == AMP_OK)
-        fz_violation(run, "amp_cpu_path_parse: accepted a value that is not auto, onednn or "
-                          "emulate", NULL);
-    if (st == AMP_OK)
-        ++cpu_count->n_yes;
-    else
-        ++cpu_count->n_no;
-
-    amp_conv_form form = (amp_conv_form)-1, want_form = AMP_CONV_AUTO;
-    known = 1;
-    fz_err_reset(&e, r);
-    st = amp_conv_form_parse(env.conv, &form, e.buf, e.len);
-    if ((why = fz_check_message(st, &e, "DARKNET_AMP_CONV=", 0))) fz_violation(run, why, e.buf);
-    if (!env.conv || !*env.conv || !strcmp(env.conv, "auto"))
-        want_form = AMP_CONV_AUTO;
-    else if (!strcmp(env.conv, "direct"))
-        want_form = AMP_CONV_DIRECT;
-    else if (!strcmp(env.conv, "matmul"))
-        want_form = AMP_CONV_MATMUL;
-    else
-        known = 0;
-    if (known && (st != AMP_OK || form != want_form))
-        fz_violation(run, "amp_conv_form_parse: a documented value not read as documented",
-                     st ? e.buf : NULL);
-    if (!known && st == AMP_OK)
-        fz_violation(run, "amp_conv_form_parse: accepted a value that is not auto, direct or "
-                          "matmul", NULL);
-    if (st == AMP_OK)
-        ++conv_count->n_yes;
-    else
-        ++conv_count->n_no;
+    check_choice(run, r, "DARKNET_AMP_CPU", env.cpu, cpu_names, cpu_parse, cpu_count);
+    check_choice(run, r, "DARKNET_AMP_CONV", env.conv, conv_names, conv_parse, conv_count);
 }
 
 static void counters(fz_run *run)

@@ -878,7 +878,7 @@ static void time_both(amp_layer *al, amp_dnnl_conv *a, amp_dnnl_conv *b, const l
  * it the order of float32 sums and the training trajectory, does not flip
  * from run to run with the machine's load. */
 #define AMP_FORM_MARGIN 1.25
-#define AMP_MATMUL_SURE_POSITIONS 64
+#define AMP_MATMUL_SURE_POSITIONS 32
 
 /* DARKNET_AMP_CONV=auto: both forms built and timed, the faster kept in d
  * (the direct one already there, with status st); the choice recorded. */

@@ -182,6 +182,17 @@ static int scale_checked(float *g, size_t n, float k)
     return bad != 0;
 }
 
+/* 1 when an element of g[0..n) is not finite. Reads only: unscaling by 1 is
+ * the identity on every finite value, and a step with a non-finite one is
+ * skipped and its histories restored from the batch-start copy. */
+static int nonfinite(const float *g, size_t n)
+{
+    uint32_t bad = 0;
+#pragma omp parallel for simd schedule(static) reduction(| : bad) if (n > 65536)
+    for (size_t i = 0; i < n; ++i) bad |= amp_nonfinite_bits(g[i]);
+    return bad != 0;
+}
+
 /* saved = g, then g *= s: one pass, split between threads. */
 static void save_scaled(float *saved, float *g, size_t n, float s)
 {
@@ -244,7 +255,9 @@ static void unscale(amp_net *an)
     const float inv = amp_inv_scale(an->batch_scale);
     for (int k = an->ntensors - 1; k >= 0; --k) {
         amp_tensor *t = &an->tensors[k];
-        if (scale_checked(t->grad, t->n, inv) && !an->found_inf) {
+        /* a scale of 1 (bfloat16's default): a check, no write */
+        const int bad = inv == 1.0f ? nonfinite(t->grad, t->n) : scale_checked(t->grad, t->n, inv);
+        if (bad && !an->found_inf) {
             an->found_inf = 1;
             an->bad_tensor = k;
         }

@@ -1,9 +1,11 @@
 /* A non-finite gradient skips the step without a trace, then training goes on.
  *
- *   skip_test CFG LAYER TENSOR VALUE
+ *   skip_test CFG LAYER TENSOR VALUE [static1]
  *
  * Trains CFG (no AMP keys needed) with AMP attached through the C API
- * (float32, dynamic scale 65536), on deterministic random data. At step 3,
+ * (float32, dynamic scale 65536; static1: a static scale of 1, bfloat16's
+ * default, whose check only reads the gradients), on deterministic random
+ * data. At step 3,
  * DARKNET_AMP_INJECT puts VALUE (nan, inf, -inf) into gradient TENSOR of
  * LAYER (e.g. 0 weights, 1 scales, 0 uz.weights). Checks, bit for bit: step 3
  * was skipped; every parameter (weights, biases, batch-norm scales), every
@@ -60,6 +62,10 @@ static void compare(const snapshot *a, const snapshot *b, const amp_net *an, siz
     }
 }
 
+/* static1: the test's own scaler, which the caller updates after each step
+ * (amp_update), as a program sharing one does. */
+static amp_scaler *own_scaler;
+
 static void train_step(network *net)
 {
     int n = net->batch * net->inputs, m = net->batch * net->truths;
@@ -67,12 +73,16 @@ static void train_step(network *net)
     memset(net->truth, 0, m * sizeof(float));
     for (int b = 0; b < net->batch; ++b) net->truth[b * net->truths + rand() % net->truths] = 1;
     train_network_datum(net);
+    char err[512] = "";
+    if (own_scaler && amp_update(own_scaler, err, sizeof err) != AMP_OK)
+        printf("amp_update: %s\n", err); /* the checks below fail on what it left */
 }
 
 int main(int argc, char **argv)
 {
-    if (argc != 5) {
-        fprintf(stderr, "usage: skip_test CFG LAYER TENSOR VALUE\n");
+    const int static1 = argc == 6 && !strcmp(argv[5], "static1");
+    if (argc != 5 && !static1) {
+        fprintf(stderr, "usage: skip_test CFG LAYER TENSOR VALUE [static1]\n");
         return 2;
     }
     char spec[256], err[512] = "";
@@ -81,7 +91,19 @@ int main(int argc, char **argv)
     gpu_index = -1;
     srand(5);
     network *net = parse_network_cfg(argv[1]);
-    if (amp_attach(net, NULL, err, sizeof err) != AMP_OK) {
+    amp_scaler *s = NULL;
+    if (static1) {
+        amp_options o;
+        amp_options_init(&o, AMP_DTYPE_FLOAT32);
+        o.dynamic = 0;
+        o.init_scale = 1;
+        if (amp_scaler_create(&o, &s, err, sizeof err) != AMP_OK) {
+            printf("FAIL: amp_scaler_create: %s\n", err);
+            return 1;
+        }
+    }
+    own_scaler = s;
+    if (amp_attach(net, s, err, sizeof err) != AMP_OK) {
         printf("FAIL: amp_attach: %s\n", err);
         return 1;
     }
@@ -131,8 +153,12 @@ int main(int argc, char **argv)
               "counted as a loss skip (%llu), not by the scaler (%llu steps, %llu skipped)",
               an->loss_skips, amp_scaler_steps(an->scaler), amp_scaler_skips(an->scaler));
     } else {
-        CHECK(skipped.scale == before.scale / 2, "scale backed off %g -> %g", before.scale,
-              skipped.scale);
+        if (static1)
+            CHECK(skipped.scale == 1 && before.scale == 1, "a static scale stays 1 (%g -> %g)",
+                  before.scale, skipped.scale);
+        else
+            CHECK(skipped.scale == before.scale / 2, "scale backed off %g -> %g", before.scale,
+                  skipped.scale);
         char expect[128];
         snprintf(expect, sizeof expect, "layer %s [", argv[2]);
         CHECK(strstr(an->bad, expect) && strstr(an->bad, argv[3]), "the skip names \"%s\"",

@@ -64,6 +64,11 @@ struct amp_backend_ops {
     /* Every history multiplied by 1/scale and checked (host-decided: found_inf
      * and bad_tensor set; device-decided: a device flag). */
     void (*unscale)(amp_net *an);
+    /* Data-parallel (an->comm): the gradients this batch added, summed over
+     * the processes, back on top of the batch-start histories (in the
+     * batch's scaled units), before unscale. Nonzero when the exchange
+     * failed. Optional: a backend without it refuses multi-process launches. */
+    int (*reduce)(amp_net *an);
     /* Host-decided: every history back as it was at the batch start. */
     void (*restore)(amp_net *an);
     /* Device-decided only (else NULL): the decision and the scale's update on

@@ -2,11 +2,21 @@
  * before main() runs, so that a cfg with [net] amp=1 trains with AMP and
  * every cfg's AMP keys are validated. Libraries stay explicit (amp_register). */
 #include "darknet_amp.h"
+#include "dist.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 __attribute__((constructor)) static void register_amp(void)
 {
     if (amp_register() != AMP_OK)
         fprintf(stderr, "amp: warning: another plugin's hooks are registered; AMP is off\n");
+    /* A data-parallel launch: MPI up (and the seed shared) before darknet
+     * reads DARKNET_SEED; a launch that cannot run is refused here. */
+    const amp_comm *c = NULL;
+    char err[AMP_MSG_LEN];
+    if (amp_dist_get(&c, err, sizeof err) != AMP_OK) {
+        fprintf(stderr, "%s\n", err);
+        exit(EXIT_FAILURE);
+    }
 }

@@ -193,6 +193,10 @@ struct amp_net {
     amp_env env;
     amp_injection inject[8];
     int ninject;
+    const struct amp_comm *comm; /* the process group of a data-parallel launch (dist.h), or
+                                    NULL: this network trains alone */
+    unsigned long dist_checked;  /* the step_index of the last consistency check */
+    double dist_reduce_s;        /* time spent summing gradients over the processes */
 };
 
 /* ---- tensors.c: darknet knowledge ---- */

@@ -4,6 +4,7 @@
  * the training progress line. Also amp_attach, for programs that build
  * networks themselves. */
 #include "backend.h"
+#include "dist.h"
 #include "options.h"
 #include "state_file.h"
 
@@ -22,6 +23,26 @@ static int on_net_options(void *ctx, network *net, list *options, const char *cf
     const amp_dtype dtype = amp_backend_for(net)->default_dtype;
     if (amp_options_parse_net(options, cfgfile, dtype, &enabled, &o, err, errlen) != AMP_OK)
         return 1;
+    /* A data-parallel launch (docs/distributed.md): the cfg's batch is the
+     * whole step's, each process trains its share; with amp=0 the step
+     * machinery still runs, in float32 at a scale of 1 (darknet's own
+     * arithmetic, bit for bit), to sum the gradients before each step. */
+    const amp_comm *comm = NULL;
+    if (amp_dist_get(&comm, err, errlen) != AMP_OK) return 1;
+    if (comm) {
+        AMP_RETURN_ERROR_IF(net->batch % comm->size != 0, 1, err, errlen,
+                            "%s: [net] batch=%d with subdivisions=%d: the %d images of each "
+                            "forward pass do not divide among %d processes (docs/distributed.md)",
+                            cfgfile, net->batch * net->subdivisions, net->subdivisions,
+                            net->batch, comm->size);
+        net->batch /= comm->size;
+        if (!enabled) {
+            amp_options_init(&o, AMP_DTYPE_FLOAT32);
+            o.dynamic = 0;
+            o.init_scale = 1;
+            enabled = 1;
+        }
+    }
     amp_net *an = amp_net_new(net);
     amp_scaler *s = NULL;
     if (!an || (enabled && amp_scaler_create(&o, &s, err, errlen) != AMP_OK)) {
@@ -30,6 +51,7 @@ static int on_net_options(void *ctx, network *net, list *options, const char *cf
         return 1;
     }
     an->enabled = enabled;
+    an->comm = comm;
     an->owns_scaler = s != NULL;
     snprintf(an->cfgfile, sizeof an->cfgfile, "%s", cfgfile);
     an->parsed = s; /* not an->scaler: amp_net_of() must not see a half-built record */
@@ -181,6 +203,9 @@ static int on_weights_loaded(void *ctx, network *net, const char *filename, char
     if (!an) return 0;
     an->weights_version += 1; /* half weight copies are stale */
     if (load_state(net, filename, &found, &stale, err, errlen) != AMP_OK) return 1;
+    /* Data-parallel: rank 0's weights and scaler state are every process's,
+     * whatever file each process found. */
+    if (an->comm && amp_dist_share(an, err, errlen) != AMP_OK) return 1;
     if (stale) return 0; /* said */
     if (found)
         fprintf(stderr, "amp: resumed the scaler from %s.amp: scale %g, %llu steps, %llu skipped\n",
@@ -225,10 +250,38 @@ static void on_train_done(void *ctx, network *net)
     if (an->loss_skips)
         fprintf(stderr, "amp: %llu more steps skipped for a non-finite loss (not counted above: "
                         "the scale was not the cause)\n", an->loss_skips);
+    if (an->comm)
+        fprintf(stderr, "amp: data-parallel, rank %d of %d: summing the gradients over the "
+                        "processes took %.3f s in all, %.2f ms a step\n",
+                an->comm->rank, an->comm->size, an->dist_reduce_s,
+                st->steps ? 1e3 * an->dist_reduce_s / (double)st->steps : 0.0);
     if (an->env.profile == 1 && an->ops->host_timing) {
         amp_profile_print(an, stderr);
         an->env.profile = 2; /* printed */
     }
+}
+
+/* Patch 0014: the data-parallel launch this process is part of. */
+static void on_train_world(void *ctx, int *rank, int *size)
+{
+    (void)ctx;
+    const amp_comm *c = NULL;
+    char err[AMP_MSG_LEN];
+    if (amp_dist_get(&c, err, sizeof err) == AMP_OK && c) {
+        *rank = c->rank;
+        *size = c->size;
+    }
+}
+
+/* Patch 0014: v's mean over the processes of a data-parallel launch. */
+static float on_train_mean(void *ctx, float v)
+{
+    (void)ctx;
+    const amp_comm *c = NULL;
+    char err[AMP_MSG_LEN];
+    double d = v;
+    if (amp_dist_get(&c, err, sizeof err) != AMP_OK || !c || c->sum_f64(&d, 1) != 0) return v;
+    return (float)(d / c->size);
 }
 
 static const darknet_hooks amp_hooks = {
@@ -240,6 +293,8 @@ static const darknet_hooks amp_hooks = {
     .network_freed = on_network_freed,
     .train_iteration = on_train_iteration,
     .train_done = on_train_done,
+    .train_world = on_train_world,
+    .train_mean = on_train_mean,
 };
 
 amp_status amp_register(void)

@@ -30,6 +30,7 @@
  * parent's. The backend does the arithmetic (backend.h).
  */
 #include "backend.h"
+#include "dist.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,7 +71,7 @@ static void rescale(amp_net *an)
 static void unscale(amp_net *an)
 {
     double t0 = an->env.profile ? amp_clock() : 0;
-    amp_inject(an);
+    if (!an->comm) amp_inject(an); /* data-parallel: before the sum (begin_step) */
     an->found_inf = 0;
     an->bad_tensor = -1;
     an->ops->unscale(an);
@@ -85,7 +86,13 @@ static void begin_step(amp_net *an, int inside_update)
     amp_net_sync(an, 1); /* a device's last step settled: in darknet's loop long done */
     an->step_iteration = (int)get_current_batch(an->net); /* until this step is settled */
     memcpy(an->step_where, an->loss_where, sizeof an->step_where);
-    if (an->phase == AMP_PHASE_ACCUMULATING) unscale(an);
+    if (an->phase == AMP_PHASE_ACCUMULATING) {
+        if (an->comm) { /* every process then decides alike */
+            amp_inject(an); /* where a process's own backward overflows: before the sum */
+            amp_dist_reduce(an);
+        }
+        unscale(an);
+    }
     an->step_index += 1;
     an->phase = AMP_PHASE_STEPPED;
     if (an->ops->decide) {
@@ -110,6 +117,7 @@ static void begin_step(amp_net *an, int inside_update)
 /* After the last layer's update. */
 static void end_step(amp_net *an)
 {
+    if (an->comm) amp_dist_after_step(an);
     if (!an->step_open) return;
     an->step_open = 0;
     an->ops->step_end(an);
@@ -183,6 +191,9 @@ static void wrap_update(layer l, update_args a)
         an->step_open = 0;
         an->weights_version += 1;
     }
+    /* Data-parallel: darknet divides by its batch, which is this process's
+     * share; the summed gradients are the whole batch's. */
+    if (an->comm) a.batch *= an->comm->size;
     if (!an->skip_updates) al->update(l, a);
     if (al->index == an->last_update) end_step(an);
 }
@@ -195,6 +206,11 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, const amp_backend_ops *ops
     network *net = an->net;
     an->scaler = s;
     an->ops = ops;
+    AMP_RETURN_ERROR_IF(an->comm && !ops->reduce, AMP_ERR_INVALID, err, errlen,
+                        "%s: a data-parallel launch of a %s network: this backend cannot sum "
+                        "gradients over processes yet (docs/distributed.md)",
+                        an->cfgfile, ops->name);
+    if (an->comm) AMP_FORWARD_IF_ERROR(amp_dist_same_cfg(an, err, errlen));
     amp_env_read(&an->env);
     AMP_FORWARD_IF_ERROR(amp_collect_tensors(an, err, errlen));
     if (an->env.inject) AMP_FORWARD_IF_ERROR(amp_parse_injection(an, an->env.inject, err, errlen));

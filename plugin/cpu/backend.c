@@ -6,6 +6,7 @@
  */
 #include "cpu.h"
 #include "grad_math.h" /* amp_unscale_check, amp_inv_scale: shared with cuda/ */
+#include "dist.h"      /* amp_comm: data-parallel reduce */
 #include "network.h"   /* get_layer_string */
 
 #include <stdint.h>
@@ -215,8 +216,30 @@ static void begin_batch(amp_net *an)
     an->batch_scale = s;
     for (int k = 0; k < an->ntensors; ++k) {
         amp_tensor *t = &an->tensors[k];
-        save_scaled(cn->saved + t->offset, t->grad, t->n, s);
+        if (an->comm) { /* data-parallel: the batch's own gradients apart (reduce) */
+            memcpy(cn->saved + t->offset, t->grad, t->n * sizeof(float));
+            memset(t->grad, 0, t->n * sizeof(float));
+        } else {
+            save_scaled(cn->saved + t->offset, t->grad, t->n, s);
+        }
     }
+}
+
+/* Data-parallel: the batch's gradients (alone in the histories since
+ * begin_batch) summed over the processes, then the scaled history added
+ * back: S h + sum, where one process alone has S h + its own. */
+static int reduce(amp_net *an)
+{
+    const cpu_net *cn = cpu_net_of(an);
+    const float s = an->batch_scale;
+    for (int k = 0; k < an->ntensors; ++k) {
+        amp_tensor *t = &an->tensors[k];
+        if (an->comm->sum_f32(t->grad, t->n) != 0) return 1;
+        const float *h = cn->saved + t->offset;
+#pragma omp parallel for simd schedule(static) if (t->n > 65536)
+        for (size_t i = 0; i < t->n; ++i) t->grad[i] = h[i] * s + t->grad[i];
+    }
+    return 0;
 }
 
 /* Checked before scaling: a non-finite delta here comes from the data or the
@@ -331,6 +354,7 @@ const amp_backend_ops amp_cpu_backend = {
     .scale_loss = scale_loss,
     .rescale = rescale,
     .unscale = unscale,
+    .reduce = reduce,
     .restore = restore,
     .end_mid_batch = end_mid_batch,
     .poke = poke,

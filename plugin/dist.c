@@ -1,0 +1,238 @@
+/* The process group of a data-parallel launch (dist.h): detected from the
+ * launcher's environment, MPI loaded only then. */
+#include "dist.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* The launcher's process count: Open MPI's mpirun, or a PMI launcher
+ * (MPICH's, Slurm's). */
+static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+
+int amp_dist_launched_size(void)
+{
+    for (size_t i = 0; i < sizeof size_vars / sizeof size_vars[0]; ++i) {
+        const char *v = getenv(size_vars[i]);
+        char *end;
+        long n = v ? strtol(v, &end, 10) : 0;
+        if (v && *v && !*end && n > 0 && n < 1 << 20) return (int)n;
+    }
+    return 1;
+}
+
+static amp_comm comm;
+static int state; /* 0: not tried, 1: alone, 2: a group, -1: failed */
+static char failure[AMP_MSG_LEN];
+
+static void finalize_at_exit(void)
+{
+    if (state == 2 && comm.finalize) comm.finalize();
+}
+
+static amp_status open_group(int n, char *err, size_t errlen)
+{
+#ifndef AMP_HAVE_MPI
+    AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                     "amp: launched as one of %d processes, but this darknet-amp was built "
+                     "without MPI (DARKNET_AMP_MPI=OFF, or no MPI found when configured: "
+                     "apt-get install libopenmpi-dev and rebuild)",
+                     n);
+#else
+    const char *path = getenv("DARKNET_AMP_MPI_MODULE");
+    if (!path || !*path) path = AMP_MPI_MODULE;
+    void *lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    AMP_RETURN_ERROR_IF(!lib, AMP_ERR_INVALID, err, errlen,
+                        "amp: launched as one of %d processes, but the MPI module cannot be "
+                        "loaded: %s (is Open MPI's library installed? apt-get install "
+                        "libopenmpi3)",
+                        n, dlerror());
+    amp_mpi_open_fn open_fn = (amp_mpi_open_fn)dlsym(lib, AMP_MPI_OPEN_SYMBOL);
+    AMP_RETURN_ERROR_IF(!open_fn, AMP_ERR_INVALID, err, errlen,
+                        "amp: %s has no %s: not darknet-amp's MPI module", path,
+                        AMP_MPI_OPEN_SYMBOL);
+    char why[AMP_MSG_LEN] = "";
+    AMP_RETURN_ERROR_IF(open_fn(&comm, why, sizeof why) != 0, AMP_ERR_INVALID, err, errlen,
+                        "amp: launched as one of %d processes: %s", n, why);
+    AMP_RETURN_ERROR_IF(comm.size != n, AMP_ERR_INVALID, err, errlen,
+                        "amp: the launcher says %d processes, MPI says %d", n, comm.size);
+    atexit(finalize_at_exit);
+    /* Every process must draw the same batches: without DARKNET_SEED, rank
+     * 0's clock seeds them all (darknet seeds with time(0)). */
+    if (!getenv("DARKNET_SEED")) {
+        unsigned int seed = (unsigned int)time(NULL);
+        char v[16];
+        AMP_RETURN_ERROR_IF(comm.bcast(&seed, sizeof seed, 0) != 0, AMP_ERR_INVALID, err, errlen,
+                            "amp: the processes could not agree on a seed (MPI failed)");
+        snprintf(v, sizeof v, "%u", seed);
+        setenv("DARKNET_SEED", v, 1);
+    }
+    return AMP_OK;
+#endif
+}
+
+amp_status amp_dist_get(const amp_comm **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (state == 0) {
+        const int n = amp_dist_launched_size();
+        if (n <= 1) {
+            state = 1;
+        } else if (open_group(n, failure, sizeof failure) == AMP_OK) {
+            state = 2;
+        } else {
+            state = -1;
+        }
+    }
+    AMP_RETURN_ERROR_IF(state < 0, AMP_ERR_INVALID, err, errlen, "%s", failure);
+    if (state == 2) *out = &comm;
+    return AMP_OK;
+}
+
+/* ---- the step of a data-parallel network ---- */
+
+#include "backend.h"
+
+void amp_dist_reduce(amp_net *an)
+{
+    const amp_comm *c = an->comm;
+    const double t0 = amp_clock();
+    /* a non-finite loss anywhere skips the step everywhere */
+    const unsigned long long bad = an->loss_bad != 0;
+    unsigned long long lo = 0, hi = 0;
+    if (c->minmax_u64(&bad, &lo, &hi, 1) != 0 || an->ops->reduce(an) != 0) {
+        amp_net_fail(an, AMP_ERR_DEVICE,
+                     "amp: %s: rank %d of %d: the gradients could not be summed over the "
+                     "processes (MPI failed)", an->cfgfile, c->rank, c->size);
+        return;
+    }
+    if (hi && !an->loss_bad) { /* another process's loss: named as the last layer's */
+        an->loss_bad = an->net->n;
+        snprintf(an->loss_where, sizeof an->loss_where, "another process's batch");
+    }
+    an->dist_reduce_s += amp_clock() - t0;
+}
+
+/* FNV-1a over n bytes, continuing h. */
+static unsigned long long fnv(unsigned long long h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ULL;
+    return h;
+}
+
+#define HASH(h, a, n) ((a) ? fnv((h), (a), (size_t)(n) * sizeof *(a)) : (h))
+
+static unsigned long long layer_hash(const layer *l)
+{
+    unsigned long long h = 14695981039346656037ULL;
+    h = HASH(h, l->weights, l->nweights);
+    h = HASH(h, l->weight_updates, l->nweights);
+    h = HASH(h, l->biases, l->nbiases);
+    h = HASH(h, l->bias_updates, l->nbiases);
+    if (l->batch_normalize) {
+        h = HASH(h, l->scales, l->out_c);
+        h = HASH(h, l->scale_updates, l->out_c);
+        h = HASH(h, l->rolling_mean, l->out_c);
+        h = HASH(h, l->rolling_variance, l->out_c);
+    }
+    return h;
+}
+
+static long check_every(void)
+{
+    const char *v = getenv("DARKNET_AMP_DIST_CHECK");
+    char *end;
+    long n = v ? strtol(v, &end, 10) : 10;
+    return v && (!*v || *end || n < 0) ? 10 : n;
+}
+
+void amp_dist_after_step(amp_net *an)
+{
+    const amp_comm *c = an->comm;
+    network *net = an->net;
+    /* batch-norm statistics follow each process's own images: averaged, so
+     * that every process keeps the same (and rank 0 saves the mean) */
+    for (int i = 0; i < net->n; ++i) {
+        layer *l = &net->layers[i];
+        if (!l->batch_normalize || !l->rolling_mean || !l->rolling_variance) continue;
+        if (c->sum_f32(l->rolling_mean, (size_t)l->out_c) != 0 ||
+            c->sum_f32(l->rolling_variance, (size_t)l->out_c) != 0) {
+            amp_net_fail(an, AMP_ERR_DEVICE, "amp: %s: rank %d: batch-norm statistics could not "
+                         "be averaged (MPI failed)", an->cfgfile, c->rank);
+            return;
+        }
+        const float inv = 1.0f / (float)c->size;
+        for (int k = 0; k < l->out_c; ++k) {
+            l->rolling_mean[k] *= inv;
+            l->rolling_variance[k] *= inv;
+        }
+    }
+    const long every = check_every();
+    if (!every || an->step_index - an->dist_checked < (unsigned long)every) return;
+    an->dist_checked = an->step_index;
+    unsigned long long *h = malloc(3 * (size_t)net->n * sizeof *h);
+    if (!h) return;
+    for (int i = 0; i < net->n; ++i) h[i] = layer_hash(&net->layers[i]);
+    if (c->minmax_u64(h, h + net->n, h + 2 * (size_t)net->n, net->n) != 0) {
+        amp_net_fail(an, AMP_ERR_DEVICE, "amp: %s: rank %d: the consistency check could not run "
+                     "(MPI failed)", an->cfgfile, c->rank);
+    } else {
+        for (int i = 0; i < net->n; ++i)
+            if (h[net->n + i] != h[2 * (size_t)net->n + i]) {
+                amp_net_fail(an, AMP_ERR_STATE,
+                             "amp: %s: after step %lu the processes' layer %d differs (weights, "
+                             "histories or batch-norm statistics): training diverged across "
+                             "processes; a bug, please report it",
+                             an->cfgfile, an->step_index, i);
+                break;
+            }
+    }
+    free(h);
+}
+
+#define BCAST(c, a, n) ((a) ? (c)->bcast((a), (size_t)(n) * sizeof *(a), 0) : 0)
+
+amp_status amp_dist_share(amp_net *an, char *err, size_t errlen)
+{
+    const amp_comm *c = an->comm;
+    network *net = an->net;
+    int bad = 0;
+    for (int i = 0; i < net->n && !bad; ++i) {
+        layer *l = &net->layers[i];
+        bad |= BCAST(c, l->weights, l->nweights) | BCAST(c, l->biases, l->nbiases);
+        if (l->batch_normalize)
+            bad |= BCAST(c, l->scales, l->out_c) | BCAST(c, l->rolling_mean, l->out_c) |
+                   BCAST(c, l->rolling_variance, l->out_c);
+    }
+    bad |= c->bcast(&an->scaler->state, sizeof an->scaler->state, 0);
+    bad |= c->bcast(net->seen, sizeof *net->seen, 0);
+    AMP_RETURN_ERROR_IF(bad, AMP_ERR_INVALID, err, errlen,
+                        "amp: %s: rank %d: the loaded weights could not be shared from rank 0 "
+                        "(MPI failed)", an->cfgfile, c->rank);
+    an->weights_version += 1;
+    return AMP_OK;
+}
+
+amp_status amp_dist_same_cfg(amp_net *an, char *err, size_t errlen)
+{
+    const amp_comm *c = an->comm;
+    unsigned long long h = 14695981039346656037ULL, lo = 0, hi = 0;
+    FILE *f = fopen(an->cfgfile, "rb");
+    if (f) {
+        unsigned char buf[4096];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, f)) > 0) h = fnv(h, buf, n);
+        fclose(f);
+    }
+    AMP_RETURN_ERROR_IF(c->minmax_u64(&h, &lo, &hi, 1) != 0, AMP_ERR_INVALID, err, errlen,
+                        "amp: %s: rank %d: the cfgs could not be compared (MPI failed)",
+                        an->cfgfile, c->rank);
+    AMP_RETURN_ERROR_IF(lo != hi, AMP_ERR_INVALID, err, errlen,
+                        "amp: %s: the processes of this launch were given different cfgs "
+                        "(rank %d's differs from another's): every process must train the "
+                        "same network", an->cfgfile, c->rank);
+    return AMP_OK;
+}

@@ -87,6 +87,12 @@ amp_status amp_cuda_unscale_check(const amp_mt_table *t, const float *factor, un
 /* history.cu: the batch start (y = x, then x *= scale, for every span; the
  * state's batch_scale and inv_scale are fixed from its scale), and the cost
  * layer's delta *= batch_scale. */
+/* dist.cu, data-parallel: y = x, x = 0 (and the batch's scale fixed) at the
+ * batch start; x = amp_dist_restack(y, batch scale, x) once x holds the sum. */
+amp_status amp_cuda_set_aside(const amp_mt_table *t, amp_gpu_state *state, cudaStream_t stream,
+                              char *err, size_t errlen);
+amp_status amp_cuda_restack(const amp_mt_table *t, const amp_gpu_state *state,
+                            cudaStream_t stream, char *err, size_t errlen);
 amp_status amp_cuda_begin_batch(const amp_mt_table *t, amp_gpu_state *state, cudaStream_t stream,
                                 char *err, size_t errlen);
 /* delta *= batch_scale; an element not finite before it sets state->loss to

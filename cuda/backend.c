@@ -19,11 +19,25 @@
  *   (cudaEventQuery; in darknet's loop it always has by the next backward,
  *   because forward_network_gpu ends with a blocking copy of the output) and
  *   hands the outcome to the core (amp_step_settled).
+ *
+ * Data-parallel (docs/distributed.md; built with NCCL): the batch start sets
+ * each history aside instead of scaling it, the batch's gradients are summed
+ * over the processes by NCCL on the device (ncclAllReduce on every
+ * *_updates_gpu array, in place, on darknet's stream) and one kernel puts
+ * the scaled history back under them, before the fused unscale and check:
+ * no host copy of a gradient, the decision still on the device. The
+ * core's checks and averages read and write darknet's host arrays (pull,
+ * push). Built, not yet run on a GPU.
  */
 #include "half_gpu.h"
 #include "cuda_check.h"
+#include "dist.h"      /* amp_comm */
 #include "grad_math.h" /* amp_inv_scale */
 #include "network.h"   /* get_layer_string */
+
+#ifdef AMP_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 #include <stddef.h>
 #include <stdio.h>
@@ -40,6 +54,9 @@ typedef struct amp_gpu_net {
     float *saved, *param_saved;
     float **grads;          /* per an->tensors entry: its device gradient */
     amp_gpu_half_ctx *half; /* scratch shared by the layers */
+#ifdef AMP_HAVE_NCCL
+    ncclComm_t nccl;        /* data-parallel: the processes' communicator, or NULL */
+#endif
 } amp_gpu_net;
 
 static amp_gpu_net *gpu_of(const amp_net *an)
@@ -107,9 +124,63 @@ static void begin_batch(amp_net *an)
     an->batch_scale = an->scaler->state.scale; /* the host's view, for messages */
     if (AMP_CUDA_CHECK(cudaMemsetAsync(&g->dev->loss, 0, sizeof g->dev->loss, stream_of(an)), err,
                        sizeof err) != AMP_OK ||
-        amp_cuda_begin_batch(&g->hist, g->dev, stream_of(an), err, sizeof err) != AMP_OK)
+        (an->comm ? amp_cuda_set_aside(&g->hist, g->dev, stream_of(an), err, sizeof err)
+                  : amp_cuda_begin_batch(&g->hist, g->dev, stream_of(an), err, sizeof err)) !=
+            AMP_OK)
         fail(an, err);
 }
+
+#ifdef AMP_HAVE_NCCL
+/* Every gradient summed over the processes, in place on the device, then
+ * the scaled history back under it. */
+static int reduce(amp_net *an)
+{
+    amp_gpu_net *g = gpu_of(an);
+    char err[AMP_MSG_LEN];
+    int bad = ncclGroupStart() != ncclSuccess;
+    for (int k = 0; !bad && k < an->ntensors; ++k)
+        bad = ncclAllReduce(g->grads[k], g->grads[k], an->tensors[k].n, ncclFloat, ncclSum,
+                            g->nccl, stream_of(an)) != ncclSuccess;
+    bad |= ncclGroupEnd() != ncclSuccess;
+    return bad || amp_cuda_restack(&g->hist, g->dev, stream_of(an), err, sizeof err) != AMP_OK;
+}
+#endif
+
+/* One device array to its host array (to_host) or back; 0 on success. */
+static int copy_array(float *dev, float *host, size_t n, int to_host)
+{
+    if (!dev || !host || !n) return 0;
+    return (to_host ? cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost)
+                    : cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice)) !=
+           cudaSuccess;
+}
+
+/* Parameters, histories and batch-norm statistics of every layer between
+ * the device and darknet's host arrays (stats_only: the statistics). */
+static int transfer(amp_net *an, int stats_only, int to_host)
+{
+    int bad = 0;
+    for (int i = 0; i < an->net->n && !bad; ++i) {
+        layer *l = &an->net->layers[i];
+        if (l->batch_normalize)
+            bad |= copy_array(l->rolling_mean_gpu, l->rolling_mean, (size_t)l->out_c, to_host) |
+                   copy_array(l->rolling_variance_gpu, l->rolling_variance, (size_t)l->out_c,
+                              to_host);
+        if (stats_only) continue;
+        bad |= copy_array(l->weights_gpu, l->weights, (size_t)l->nweights, to_host) |
+               copy_array(l->weight_updates_gpu, l->weight_updates, (size_t)l->nweights,
+                          to_host) |
+               copy_array(l->biases_gpu, l->biases, (size_t)l->nbiases, to_host) |
+               copy_array(l->bias_updates_gpu, l->bias_updates, (size_t)l->nbiases, to_host);
+        if (l->batch_normalize)
+            bad |= copy_array(l->scales_gpu, l->scales, (size_t)l->out_c, to_host) |
+                   copy_array(l->scale_updates_gpu, l->scale_updates, (size_t)l->out_c, to_host);
+    }
+    return bad;
+}
+
+static int pull(amp_net *an, int stats_only) { return transfer(an, stats_only, 1); }
+static int push(amp_net *an, int stats_only) { return transfer(an, stats_only, 0); }
 
 /* The delta is checked on the device (its flag joins the decision); the
  * host has checked the loss itself (step.c). */
@@ -414,6 +485,25 @@ static amp_status net_init(amp_net *an, char *err, size_t errlen)
     AMP_RETURN_ERROR_IF(!g->half, AMP_ERR_NOMEM, err, errlen,
                         "amp: out of memory attaching to %s", an->cfgfile);
     g->half->dev = g->dev;
+    if (an->comm) { /* data-parallel: NCCL's communicator, its id from rank 0 over MPI */
+#ifdef AMP_HAVE_NCCL
+        ncclUniqueId id;
+        memset(&id, 0, sizeof id);
+        const int made = an->comm->rank != 0 || ncclGetUniqueId(&id) == ncclSuccess;
+        AMP_RETURN_ERROR_IF(an->comm->bcast(&id, sizeof id, 0) != 0 || !made, AMP_ERR_DEVICE, err,
+                            errlen, "amp: %s: rank %d: no NCCL id (ncclGetUniqueId or its "
+                            "broadcast failed)", an->cfgfile, an->comm->rank);
+        ncclResult_t r = ncclCommInitRank(&g->nccl, an->comm->size, id, an->comm->rank);
+        AMP_RETURN_ERROR_IF(r != ncclSuccess, AMP_ERR_DEVICE, err, errlen,
+                            "amp: %s: rank %d: ncclCommInitRank failed: %s", an->cfgfile,
+                            an->comm->rank, ncclGetErrorString(r));
+#else
+        AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
+                         "amp: %s: a data-parallel launch of a GPU network needs NCCL, and this "
+                         "darknet-amp was built without it (docs/distributed.md)",
+                         an->cfgfile);
+#endif
+    }
     return AMP_OK;
 }
 
@@ -431,6 +521,9 @@ static void net_free(amp_net *an)
     if (g->mirror) cudaFreeHost(g->mirror);
     if (g->copied) cudaEventDestroy(g->copied);
     free(g->grads);
+#ifdef AMP_HAVE_NCCL
+    if (g->nccl) ncclCommDestroy(g->nccl);
+#endif
     free(g);
     an->bk = NULL;
 }
@@ -455,4 +548,9 @@ const amp_backend_ops amp_cuda_backend = {
     .end_mid_batch = end_mid_batch,
     .poke = poke,
     .poke_delta = poke_delta,
+#ifdef AMP_HAVE_NCCL
+    .reduce = reduce,
+#endif
+    .pull = pull,
+    .push = push,
 };

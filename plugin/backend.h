@@ -69,6 +69,13 @@ struct amp_backend_ops {
      * batch's scaled units), before unscale. Nonzero when the exchange
      * failed. Optional: a backend without it refuses multi-process launches. */
     int (*reduce)(amp_net *an);
+    /* Data-parallel, backends whose arrays live on a device (optional: NULL
+     * where darknet's host arrays are the network's): copy the parameters,
+     * histories and batch-norm statistics (stats_only: the statistics) to
+     * the host arrays, or back, for dist.c's averages, checks and broadcasts.
+     * Nonzero on failure. */
+    int (*pull)(amp_net *an, int stats_only);
+    int (*push)(amp_net *an, int stats_only);
     /* Host-decided: every history back as it was at the batch start. */
     void (*restore)(amp_net *an);
     /* Device-decided only (else NULL): the decision and the scale's update on

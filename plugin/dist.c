@@ -149,10 +149,27 @@ static long check_every(void)
     return v && (!*v || *end || n < 0) ? 10 : n;
 }
 
+/* The backend's arrays to darknet's host arrays (pull) or back (push), where
+ * they live on a device; nonzero on failure. */
+static int pull(amp_net *an, int stats_only)
+{
+    return an->ops->pull ? an->ops->pull(an, stats_only) : 0;
+}
+
+static int push(amp_net *an, int stats_only)
+{
+    return an->ops->push ? an->ops->push(an, stats_only) : 0;
+}
+
 void amp_dist_after_step(amp_net *an)
 {
     const amp_comm *c = an->comm;
     network *net = an->net;
+    if (pull(an, 1) != 0) {
+        amp_net_fail(an, AMP_ERR_DEVICE, "amp: %s: rank %d: batch-norm statistics could not be "
+                     "read from the device", an->cfgfile, c->rank);
+        return;
+    }
     /* batch-norm statistics follow each process's own images: averaged, so
      * that every process keeps the same (and rank 0 saves the mean) */
     for (int i = 0; i < net->n; ++i) {
@@ -170,11 +187,22 @@ void amp_dist_after_step(amp_net *an)
             l->rolling_variance[k] *= inv;
         }
     }
+    if (push(an, 1) != 0) {
+        amp_net_fail(an, AMP_ERR_DEVICE, "amp: %s: rank %d: batch-norm statistics could not be "
+                     "written to the device", an->cfgfile, c->rank);
+        return;
+    }
     const long every = check_every();
     if (!every || an->step_index - an->dist_checked < (unsigned long)every) return;
     an->dist_checked = an->step_index;
     unsigned long long *h = malloc(3 * (size_t)net->n * sizeof *h);
     if (!h) return;
+    if (pull(an, 0) != 0) {
+        free(h);
+        amp_net_fail(an, AMP_ERR_DEVICE, "amp: %s: rank %d: the consistency check could not read "
+                     "the device", an->cfgfile, c->rank);
+        return;
+    }
     for (int i = 0; i < net->n; ++i) h[i] = layer_hash(&net->layers[i]);
     if (c->minmax_u64(h, h + net->n, h + 2 * (size_t)net->n, net->n) != 0) {
         amp_net_fail(an, AMP_ERR_DEVICE, "amp: %s: rank %d: the consistency check could not run "
@@ -209,6 +237,8 @@ amp_status amp_dist_share(amp_net *an, char *err, size_t errlen)
     }
     bad |= c->bcast(&an->scaler->state, sizeof an->scaler->state, 0);
     bad |= c->bcast(net->seen, sizeof *net->seen, 0);
+    bad |= push(an, 0); /* darknet pushed what this process loaded */
+    if (!bad && an->ops->push_state) an->ops->push_state(an);
     AMP_RETURN_ERROR_IF(bad, AMP_ERR_INVALID, err, errlen,
                         "amp: %s: rank %d: the loaded weights could not be shared from rank 0 "
                         "(MPI failed)", an->cfgfile, c->rank);

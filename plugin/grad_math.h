@@ -39,6 +39,15 @@ AMP_HD static inline float amp_mul_rn(float x, float k)
 #endif
 }
 
+/* Data-parallel (docs/distributed.md): the batch-start history h, times the
+ * batch's scale s, under the batch's gradients summed over the processes:
+ * what one process's accumulation s h + g1 + g2 + ... holds, but for the
+ * order of the sum. The CPU's reduce and the CUDA restack kernel both. */
+AMP_HD static inline float amp_dist_restack(float h, float s, float sum)
+{
+    return amp_mul_rn(h, s) + sum;
+}
+
 /* The factor that undoes a scale s: 1/s in double, rounded to float once. */
 AMP_HD static inline float amp_inv_scale(float s)
 {

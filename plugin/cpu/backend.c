@@ -237,7 +237,7 @@ static int reduce(amp_net *an)
         if (an->comm->sum_f32(t->grad, t->n) != 0) return 1;
         const float *h = cn->saved + t->offset;
 #pragma omp parallel for simd schedule(static) if (t->n > 65536)
-        for (size_t i = 0; i < t->n; ++i) t->grad[i] = h[i] * s + t->grad[i];
+        for (size_t i = 0; i < t->n; ++i) t->grad[i] = amp_dist_restack(h[i], s, t->grad[i]);
     }
     return 0;
 }

@@ -8,6 +8,7 @@
 # line every N iterations, default 50) and iterations (overrides the cfg's
 # max_batches when not empty).
 
+# shellcheck disable=SC2154 # prog, root, build: the caller's (above)
 die() { echo "$prog: $*" >&2; exit 1; }
 
 now() { date +%s.%N; }

@@ -146,6 +146,8 @@ typedef struct amp_injection {
 typedef struct amp_env {
     const char *cpu;        /* DARKNET_AMP_CPU: auto, onednn or emulate (cpu/ parses it) */
     const char *conv;       /* DARKNET_AMP_CONV: auto, direct or matmul (cpu/ parses it) */
+    const char *dist_check; /* DARKNET_AMP_DIST_CHECK: steps between consistency checks
+                               (dist.c parses it) */
     int profile;            /* DARKNET_AMP_PROFILE: 1 on (2: printed already) */
     const char *inject;     /* DARKNET_AMP_INJECT, or NULL */
 } amp_env;
@@ -196,6 +198,7 @@ struct amp_net {
     const struct amp_comm *comm; /* the process group of a data-parallel launch (dist.h), or
                                     NULL: this network trains alone */
     unsigned long dist_checked;  /* the step_index of the last consistency check */
+    long dist_check_every;       /* DARKNET_AMP_DIST_CHECK, parsed at attach (0: never) */
     double dist_reduce_s;        /* time spent summing gradients over the processes */
 };
 

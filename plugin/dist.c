@@ -141,12 +141,16 @@ static unsigned long long layer_hash(const layer *l)
     return h;
 }
 
-static long check_every(void)
+amp_status amp_dist_check_parse(const char *value, long *every, char *err, size_t errlen)
 {
-    const char *v = getenv("DARKNET_AMP_DIST_CHECK");
     char *end;
-    long n = v ? strtol(v, &end, 10) : 10;
-    return v && (!*v || *end || n < 0) ? 10 : n;
+    long n = value && *value ? strtol(value, &end, 10) : 10;
+    char shown[256];
+    AMP_RETURN_ERROR_IF(value && *value && (*end || n < 0), AMP_ERR_INVALID, err, errlen,
+                        "DARKNET_AMP_DIST_CHECK=%s: expected a number of steps, 0 or more",
+                        amp_show(shown, sizeof shown, value, 64));
+    *every = n;
+    return AMP_OK;
 }
 
 /* The backend's arrays to darknet's host arrays (pull) or back (push), where
@@ -192,7 +196,7 @@ void amp_dist_after_step(amp_net *an)
                      "written to the device", an->cfgfile, c->rank);
         return;
     }
-    const long every = check_every();
+    const long every = an->dist_check_every;
     if (!every || an->step_index - an->dist_checked < (unsigned long)every) return;
     an->dist_checked = an->step_index;
     unsigned long long *h = malloc(3 * (size_t)net->n * sizeof *h);

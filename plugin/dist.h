@@ -58,6 +58,9 @@ void amp_dist_after_step(struct amp_net *an);
 /* After a load: rank 0's parameters, batch-norm statistics and scaler state
  * broadcast to every process. */
 amp_status amp_dist_share(struct amp_net *an, char *err, size_t errlen);
+/* DARKNET_AMP_DIST_CHECK (unset or empty: 10); AMP_ERR_INVALID naming the
+ * variable on anything but a number 0 or more. */
+amp_status amp_dist_check_parse(const char *value, long *every, char *err, size_t errlen);
 /* At attach: the processes' cfgs compared (a hash of the cfg file's bytes);
  * AMP_ERR_INVALID naming the file when they differ. */
 amp_status amp_dist_same_cfg(struct amp_net *an, char *err, size_t errlen);

@@ -613,6 +613,7 @@ void amp_env_read(amp_env *env)
     const char *prof = getenv("DARKNET_AMP_PROFILE");
     env->cpu = getenv("DARKNET_AMP_CPU");
     env->conv = getenv("DARKNET_AMP_CONV");
+    env->dist_check = getenv("DARKNET_AMP_DIST_CHECK");
     env->profile = prof && *prof && strcmp(prof, "0") != 0;
     env->inject = getenv("DARKNET_AMP_INJECT");
 }

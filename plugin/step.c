@@ -210,8 +210,12 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, const amp_backend_ops *ops
                         "%s: a data-parallel launch of a %s network: this backend cannot sum "
                         "gradients over processes yet (docs/distributed.md)",
                         an->cfgfile, ops->name);
-    if (an->comm) AMP_FORWARD_IF_ERROR(amp_dist_same_cfg(an, err, errlen));
     amp_env_read(&an->env);
+    if (an->comm) {
+        AMP_FORWARD_IF_ERROR(amp_dist_same_cfg(an, err, errlen));
+        AMP_FORWARD_IF_ERROR(
+            amp_dist_check_parse(an->env.dist_check, &an->dist_check_every, err, errlen));
+    }
     AMP_FORWARD_IF_ERROR(amp_collect_tensors(an, err, errlen));
     if (an->env.inject) AMP_FORWARD_IF_ERROR(amp_parse_injection(an, an->env.inject, err, errlen));
     an->phase = AMP_PHASE_IDLE;

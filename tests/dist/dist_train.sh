@@ -25,7 +25,8 @@
 #                compared after every step: DARKNET_AMP_DIST_CHECK=1)
 #   save         only rank 0 saves; a resumed 2-process run starts from the
 #                saved scale on both ranks
-#   refuse       an indivisible batch, different cfgs, a missing MPI module
+#   refuse       an indivisible batch, different cfgs, a bad DARKNET_AMP_DIST_CHECK,
+#                a missing MPI module
 set -u
 case_=$1 darknet=$2 mpiexec=$3 data_dir=$4 cfg=$5 out=$6
 rm -rf "$out" && mkdir -p "$out"
@@ -129,6 +130,14 @@ refuse)
         grep -q 'were given different cfgs' "$out/diff.err" \
             && ok "different cfgs refused: $(grep -m1 'different cfgs' "$out/diff.err" | cut -c1-160)" \
             || bad "different cfgs refused without the message: $(tail -n 3 "$out/diff.err")"
+    fi
+    if mpi -x DARKNET_AMP_DIST_CHECK=often "$darknet" detector train "$out/same.data" "$out/same.cfg" \
+            > "$out/check.log" 2> "$out/check.err"; then
+        bad "DARKNET_AMP_DIST_CHECK=often was accepted"
+    else
+        grep -q 'DARKNET_AMP_DIST_CHECK=often: expected a number of steps' "$out/check.err" \
+            && ok "a bad DARKNET_AMP_DIST_CHECK refused: $(grep -m1 'DIST_CHECK' "$out/check.err" | cut -c1-160)" \
+            || bad "a bad DARKNET_AMP_DIST_CHECK refused without the message: $(tail -n 3 "$out/check.err")"
     fi
     if mpi -x DARKNET_AMP_MPI_MODULE=/nonexistent/libdarknet_amp_mpi.so "$darknet" detector train \
             "$out/same.data" "$out/same.cfg" > "$out/nomod.log" 2> "$out/nomod.err"; then

@@ -143,10 +143,15 @@ static unsigned long long layer_hash(const layer *l)
 
 amp_status amp_dist_check_parse(const char *value, long *every, char *err, size_t errlen)
 {
-    char *end;
-    long n = value && *value ? strtol(value, &end, 10) : 10;
+    long n = 10;
+    int bad = 0;
+    if (value && *value) {
+        char *end = NULL;
+        n = strtol(value, &end, 10);
+        bad = *end != 0 || n < 0;
+    }
     char shown[256];
-    AMP_RETURN_ERROR_IF(value && *value && (*end || n < 0), AMP_ERR_INVALID, err, errlen,
+    AMP_RETURN_ERROR_IF(bad, AMP_ERR_INVALID, err, errlen,
                         "DARKNET_AMP_DIST_CHECK=%s: expected a number of steps, 0 or more",
                         amp_show(shown, sizeof shown, value, 64));
     *every = n;

@@ -107,6 +107,8 @@ typedef struct amp_layer {
     int half_allowed;   /* 0 when the cfg section says amp=0 */
     amp_precision precision;
     amp_impl impl;
+    const char *label;  /* a half layer: what runs it, in the backend's words
+                           ("cuDNN"), which the start-up table prints */
     int wrapped;        /* its slots were changed: detach puts them back */
     /* darknet's own pointers (from the backend's slots), put back by detach */
     amp_layer_fn orig_forward, orig_backward;

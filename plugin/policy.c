@@ -40,18 +40,13 @@ amp_precision amp_policy(const layer *l, amp_dtype dtype, int half_allowed)
     return AMP_PRECISION_FP32;
 }
 
-static const char *precision_name(amp_precision p, amp_impl b, amp_dtype dtype, char *buf,
-                                  size_t n)
+/* What a layer runs in, as the start-up table names it: the precision and,
+ * for a half layer, what its backend says runs it. */
+static const char *kind_name(const amp_layer *al, amp_dtype dtype, char *buf, size_t n)
 {
-    switch (p) {
+    switch (al->precision) {
     case AMP_PRECISION_HALF:
-        snprintf(buf, n, "%s (%s)", amp_dtype_name(dtype),
-                 b == AMP_IMPL_ONEDNN && dtype == AMP_DTYPE_FLOAT16
-                     ? "oneDNN float32 kernels, float16 operands"
-                 : b == AMP_IMPL_ONEDNN ? "oneDNN"
-                 : b == AMP_IMPL_CUDNN  ? "cuDNN"
-                 : b == AMP_IMPL_CUBLAS ? "cuBLAS"
-                                        : "emulated");
+        snprintf(buf, n, "%s (%s)", amp_dtype_name(dtype), al->label ? al->label : "unnamed");
         return buf;
     case AMP_PRECISION_OFF: return "float32 (amp=0)";
     case AMP_PRECISION_FALLBACK: return "float32 (no half path)";
@@ -59,37 +54,41 @@ static const char *precision_name(amp_precision p, amp_impl b, amp_dtype dtype, 
     }
 }
 
-/* What a layer runs in: its precision and, for half layers, what runs it. */
-static int kind(const amp_layer *al)
+/* Whether layer k runs in precision p, named name. */
+static int is_kind(const amp_net *an, int k, int p, const char *name)
 {
-    return (int)al->precision * AMP_IMPL_COUNT +
-           (al->precision == AMP_PRECISION_HALF ? (int)al->impl : 0);
+    char buf[96];
+    const amp_layer *al = &an->layers[k];
+    return (int)al->precision == p &&
+           !strcmp(kind_name(al, an->scaler->opt.dtype, buf, sizeof buf), name);
 }
 
-/* One line per precision and backend: the layer indices, runs collapsed
- * ("0-4,7"). */
+/* One line per precision and backend label, half first, labels in the order
+ * of their first layer: the layer indices, runs collapsed ("0-4,7"). */
 void amp_policy_print(const amp_net *an, FILE *out)
 {
-    const network *net = an->net;
-    const amp_dtype dtype = an->scaler->opt.dtype;
-    for (int p = 0; p < AMP_PRECISION_COUNT * AMP_IMPL_COUNT; ++p) {
-        char line[1024] = "", name[64];
-        size_t len = 0;
-        int count = 0;
-        for (int i = 0; i < net->n; ++i) {
-            if (kind(&an->layers[i]) != p) continue;
-            int j = i;
-            while (j + 1 < net->n && kind(&an->layers[j + 1]) == p) ++j;
-            if (len < sizeof line - 32)
-                len += snprintf(line + len, sizeof line - len, "%s%d%s%.0d", count ? "," : "", i,
-                                j > i ? "-" : "", j > i ? j : 0);
-            count += j - i + 1;
-            i = j;
+    const int n = an->net->n;
+    for (int p = 0; p < AMP_PRECISION_COUNT; ++p)
+        for (int first = 0; first < n; ++first) {
+            char buf[96];
+            if ((int)an->layers[first].precision != p) continue;
+            const char *name = kind_name(&an->layers[first], an->scaler->opt.dtype, buf, sizeof buf);
+            int seen = 0; /* on an earlier layer's line */
+            for (int i = 0; i < first && !seen; ++i) seen = is_kind(an, i, p, name);
+            if (seen) continue;
+            char line[1024] = "";
+            size_t len = 0;
+            int count = 0;
+            for (int i = first; i < n; ++i) {
+                if (!is_kind(an, i, p, name)) continue;
+                int j = i;
+                while (j + 1 < n && is_kind(an, j + 1, p, name)) ++j;
+                if (len < sizeof line - 32)
+                    len += snprintf(line + len, sizeof line - len, "%s%d%s%.0d", count ? "," : "",
+                                    i, j > i ? "-" : "", j > i ? j : 0);
+                count += j - i + 1;
+                i = j;
+            }
+            fprintf(out, "amp:   %-28s %3d layers: %s\n", name, count, line);
         }
-        if (count)
-            fprintf(out, "amp:   %-28s %3d layers: %s\n",
-                    precision_name((amp_precision)(p / AMP_IMPL_COUNT),
-                                   (amp_impl)(p % AMP_IMPL_COUNT), dtype, name, sizeof name),
-                    count, line);
-    }
 }

@@ -187,6 +187,7 @@ amp_status amp_subs_install(amp_layer *al, layer *l, amp_slots (*slots)(layer *)
         sa->wrapped = 1;
     }
     al->impl = al->subs[0].impl;
+    al->label = al->subs[0].label;
     return AMP_OK;
 }
 

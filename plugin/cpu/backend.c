@@ -61,6 +61,8 @@ static amp_status net_init(amp_net *an, char *err, size_t errlen)
     an->bk = cn;
     AMP_FORWARD_IF_ERROR(amp_cpu_path_parse(an->env.cpu, &cn->path, err, errlen));
     AMP_FORWARD_IF_ERROR(amp_conv_form_parse(an->env.conv, &cn->conv_form, err, errlen));
+    amp_cpu_isa cap; /* isa.c reads it once for the process; refused here, with a message */
+    AMP_FORWARD_IF_ERROR(amp_cpu_isa_parse(getenv("DARKNET_AMP_MAX_CPU_ISA"), &cap, err, errlen));
     cn->saved = malloc((an->nparams ? an->nparams : 1) * sizeof(float));
     AMP_RETURN_ERROR_IF(!cn->saved, AMP_ERR_NOMEM, err, errlen,
                         "amp: out of memory attaching to %s", an->cfgfile);
@@ -319,10 +321,30 @@ static void describe(const amp_net *an, FILE *out)
 {
     int native = 0;
     const char *isa = amp_onednn_isa(&native);
-    if (an->scaler->opt.dtype == AMP_DTYPE_BFLOAT16 && !native)
-        fprintf(out, "amp: warning: this CPU has neither AVX512-BF16 nor AMX (oneDNN sees %s): "
-                     "bfloat16 is converted in software here and will be slow, possibly slower "
-                     "than float32 (amp=0)\n", isa);
+    const amp_dtype dtype = an->scaler->opt.dtype;
+    int onednn = 0, emulated = 0;
+    for (int i = 0; i < an->net->n; ++i)
+        if (an->layers[i].precision == AMP_PRECISION_HALF) {
+            onednn += an->layers[i].impl == AMP_IMPL_ONEDNN;
+            emulated += an->layers[i].impl == AMP_IMPL_EMULATED;
+        }
+    if (dtype == AMP_DTYPE_BFLOAT16 && !native && onednn)
+        fprintf(out, "amp: note: this CPU has neither AVX512-BF16 nor AMX (oneDNN sees %s): "
+                     "bfloat16 layers run on oneDNN's float32 kernels, on operands rounded to "
+                     "bfloat16 (the same numerics); their speed-up over amp=0 comes from oneDNN, "
+                     "not from the precision\n", isa);
+#ifdef AMP_HAVE_ONEDNN
+    const char *no_onednn = "no optimised oneDNN kernels for them here";
+#else
+    const char *no_onednn = "built without oneDNN";
+#endif
+    if (dtype != AMP_DTYPE_FLOAT32 && emulated && !onednn)
+        fprintf(out, "amp: warning: the half layers are emulated in software (%s): expect "
+                     "darknet's float32 speed or less\n",
+                cpu_net_of(an)->path == AMP_CPU_EMULATE ? "DARKNET_AMP_CPU=emulate" : no_onednn);
+    fprintf(out, "amp:   CPU: oneDNN %s; the plugin's loops %s%s\n", isa,
+            amp_cpu_isa_name(amp_cpu_isa_used()),
+            amp_cpu_isa_used() < amp_cpu_isa_detected() ? " (DARKNET_AMP_MAX_CPU_ISA)" : "");
     /* the convolutions' form: im2col + matmul or oneDNN's, and the timings
      * that chose it */
     for (int i = 0; i < an->net->n; ++i) {

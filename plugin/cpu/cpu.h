@@ -10,7 +10,10 @@
  *              layers) through oneDNN; a convolution either as oneDNN's or as
  *              im2col + matmul, whichever a timing at start-up finds faster
  *   im2col.c   im2col and col2im over NHWC tensors, for that matmul form
- *   round.c    float32 arrays rounded to float16 in place, fast (F16C)
+ *   round.c    float32 arrays rounded to float16 or bfloat16 in place, fast
+ *              (AVX2, F16C)
+ *   isa.c      which SIMD variants of the tails and the rounding run here
+ *              (DARKNET_AMP_MAX_CPU_ISA)
  *   tail.c     batch-norm, bias and activation of a half layer, threaded
  *   maxpool.c  darknet's max-pooling, threaded
  *   update.c   darknet's convolutional SGD update in one threaded pass
@@ -22,17 +25,15 @@
 
 #include <stddef.h>
 
-/* The hot loops of the tails and of max-pooling, compiled for AVX-512, AVX2
- * and baseline x86-64, one picked when the library loads (GCC's
- * target_clones, an ifunc): the library itself is built for any x86-64. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define AMP_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-#endif
-#ifndef AMP_SIMD_CLONES
-#define AMP_SIMD_CLONES
-#endif
+/* The instruction sets the plugin's own SIMD variants are built for (isa.c):
+ * the tails' loops (tail.c: AVX-512, AVX2, baseline) and the rounding
+ * (round.c: AVX2 with F16C, baseline). */
+typedef enum amp_cpu_isa {
+    AMP_ISA_SSE2,   /* baseline x86-64 (and any other CPU) */
+    AMP_ISA_AVX2,   /* AVX2 and F16C */
+    AMP_ISA_AVX512, /* AVX-512 F */
+    AMP_ISA_COUNT
+} amp_cpu_isa;
 
 /* DARKNET_AMP_CPU: which path half layers get (docs/cfg.md). */
 typedef enum amp_cpu_path {
@@ -67,12 +68,27 @@ typedef struct amp_buffer {
 struct amp_dnnl_ctx;
 struct amp_dnnl_conv;
 
+/* The rounding points of the half paths on float32 kernels (onednn.c): the
+ * input, the weights, the output, the incoming gradient, the weight and the
+ * data gradient. */
+typedef enum amp_round_point {
+    AMP_ROUND_X,
+    AMP_ROUND_W,
+    AMP_ROUND_Y,
+    AMP_ROUND_DY,
+    AMP_ROUND_DW,
+    AMP_ROUND_DX,
+    AMP_ROUND_POINTS
+} amp_round_point;
+
 typedef struct cpu_net {
     float *saved;              /* every history as it was at the batch start */
     amp_cpu_path path;
     amp_bn_formula bn_formula; /* of the half layers' batch-norm */
     amp_conv_form conv_form;
     struct amp_dnnl_ctx *dnnl; /* oneDNN engine and stream, NULL until needed */
+    unsigned unrounded;        /* the tests only: rounding points left out (bits
+                                  1 << amp_round_point), to show they are caught */
 } cpu_net;
 
 typedef struct cpu_layer {
@@ -159,13 +175,25 @@ int amp_onednn_form(const cpu_layer *c, double *t_direct, double *t_matmul);
  * whether it runs bfloat16 natively (AVX512-BF16 or AMX). */
 const char *amp_onednn_isa(int *native_bf16);
 
-/* round.c: x[i] = amp_round_f16(x[i]) for n elements, bit for bit, F16C where
- * the CPU has it, threaded for large n. nonzero (may be NULL, then flushed is
- * ignored): += the elements that were not zero, flushed += those of them
+/* round.c: x[i] = amp_round_f16(x[i]) (dtype float16) or amp_round_bf16(x[i])
+ * (bfloat16) for n elements, bit for bit, eight at a time on AVX2, threaded
+ * for large n; any other dtype: nothing. nonzero (may be NULL, then flushed
+ * is ignored): += the elements that were not zero, flushed += those of them
  * that rounded to zero (amp_network_flushed's counts). */
-void amp_cpu_round_f16(float *x, size_t n, unsigned long long *nonzero,
-                       unsigned long long *flushed);
-/* 1 when amp_cpu_round_f16 runs on F16C here. */
-int amp_cpu_round_f16_native(void);
+void amp_cpu_round_half(amp_dtype dtype, float *x, size_t n, unsigned long long *nonzero,
+                        unsigned long long *flushed);
+/* The same with the variants of isa (at most the CPU's), for the tests;
+ * returns the variant that ran (AMP_ISA_AVX2 or AMP_ISA_SSE2). */
+amp_cpu_isa amp_cpu_round_half_at(amp_cpu_isa isa, amp_dtype dtype, float *x, size_t n,
+                                  unsigned long long *nonzero, unsigned long long *flushed);
+
+/* isa.c: the widest variant the CPU and the operating system run; that,
+ * capped by DARKNET_AMP_MAX_CPU_ISA (read once), the one in use; the value's
+ * meaning (unset or "": no cap; AMP_ERR_INVALID with a message otherwise);
+ * a variant's name ("avx2"). */
+amp_cpu_isa amp_cpu_isa_detected(void);
+amp_cpu_isa amp_cpu_isa_used(void);
+amp_status amp_cpu_isa_parse(const char *value, amp_cpu_isa *out, char *err, size_t errlen);
+const char *amp_cpu_isa_name(amp_cpu_isa isa);
 
 #endif

@@ -402,5 +402,6 @@ amp_status amp_emulation_install(amp_layer *al, layer *l, char *why, size_t whyl
                          get_layer_string(l->type));
     }
     al->impl = AMP_IMPL_EMULATED;
+    al->label = "emulated";
     return AMP_OK;
 }

@@ -49,7 +49,7 @@ int amp_onednn_form(const cpu_layer *c, double *t_direct, double *t_matmul)
 const char *amp_onednn_isa(int *native_bf16)
 {
     *native_bf16 = 0;
-    return "none (built without oneDNN)";
+    return "none";
 }
 
 #else
@@ -106,8 +106,10 @@ typedef struct amp_dnnl_conv {
     /* reorders: in, out, and the two that add (sum post-op) */
     dnnl_primitive_t r_x, r_y, r_w_fwd, r_w_bwd, r_dy_bw, r_dy_bd, r_x_bw, r_dw, r_dx;
     unsigned long w_fwd_version, w_bwd_version;
-    int round16;        /* float16: float32 primitives, every operand and result
-                           rounded to float16 where the emulation rounds it */
+    amp_dtype rounded;  /* float16, or bfloat16 where the CPU has no bfloat16
+                           instructions: float32 primitives, every operand and
+                           result rounded to it where the emulation rounds it;
+                           float32: nothing rounded here (oneDNN's own types) */
     int matmul;         /* a convolution as im2col + matmul (mm), not oneDNN's */
     amp_dnnl_mm mm;
     amp_dnnl_choice choice;
@@ -694,16 +696,25 @@ static amp_status run_reorder(amp_layer *al, dnnl_primitive_t p, const dmem *src
 
 static void set(dmem *m, void *p) { dnnl_memory_set_data_handle(m->m, p); }
 
-/* float16: an owned buffer (a oneDNN layout, its padding included: zeros
- * stay zeros) rounded in place. counts: amp_network_flushed's, for the
- * incoming gradient. */
-static void round16(amp_layer *al, const dmem *m, int counts)
+/* Half numerics on float32 kernels (d->rounded): n float32 values at p
+ * rounded in place, at rounding point point. counts: amp_network_flushed's,
+ * for the incoming gradient. */
+static void round_values(amp_layer *al, const amp_dnnl_conv *d, amp_round_point point, float *p,
+                         size_t n, int counts)
+{
+    amp_net *an = al->owner;
+    if (d->rounded == AMP_DTYPE_FLOAT32 || !p || cpu_net_of(an)->unrounded >> point & 1u) return;
+    amp_cpu_round_half(d->rounded, p, n, counts ? &an->grad_nonzero : NULL, &an->grad_flushed);
+}
+
+/* The same for an owned buffer (a oneDNN layout, its padding included: zeros
+ * stay zeros). */
+static void round_half(amp_layer *al, const amp_dnnl_conv *d, amp_round_point point,
+                       const dmem *m, int counts)
 {
     void *p = NULL;
-    if (dnnl_memory_get_data_handle(m->m, &p) != dnnl_success || !p) return;
-    amp_net *an = al->owner;
-    amp_cpu_round_f16(p, dnnl_memory_desc_get_size(&m->md) / sizeof(float),
-                      counts ? &an->grad_nonzero : NULL, &an->grad_flushed);
+    if (dnnl_memory_get_data_handle(m->m, &p) != dnnl_success) return;
+    round_values(al, d, point, p, dnnl_memory_desc_get_size(&m->md) / sizeof(float), counts);
 }
 
 /* The half copy of the weights in one layout, refreshed when they changed. */
@@ -713,7 +724,7 @@ static amp_status weights_for(amp_layer *al, amp_dnnl_conv *d, const layer *l,
     if (*version == al->owner->weights_version) return AMP_OK;
     set(&d->w_user, l->weights);
     AMP_FORWARD_IF_ERROR(run_reorder(al, r, &d->w_user, dst));
-    if (d->round16) round16(al, dst, 0);
+    round_half(al, d, AMP_ROUND_W, dst, 0);
     *version = al->owner->weights_version;
     return AMP_OK;
 }
@@ -724,7 +735,7 @@ static amp_status input_for(amp_layer *al, amp_dnnl_conv *d, const float *input)
 {
     set(&d->x_user, (void *)input);
     AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_x, &d->x_user, &d->x));
-    if (d->round16) round16(al, &d->x, 0);
+    round_half(al, d, AMP_ROUND_X, &d->x, 0);
     if (d->matmul)
         amp_im2col_nhwc(data_of(&d->x), data_of(&d->mm.col), d->dt == dnnl_bf16 ? 2 : 4,
                         &d->mm.shape);
@@ -742,7 +753,7 @@ static amp_status forward_core(amp_layer *al, amp_dnnl_conv *d, const layer *l, 
                             {DNNL_ARG_DST, d->y.m}};
     AMP_FORWARD_IF_ERROR(run(al, d->fwd, 3, a));
     AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_y, d->matmul ? &d->mm.y4 : &d->y, &d->y_user));
-    if (d->round16) amp_cpu_round_f16(l->output, (size_t)l->outputs * l->batch, NULL, NULL);
+    round_values(al, d, AMP_ROUND_Y, l->output, (size_t)l->outputs * l->batch, 0);
     return AMP_OK;
 }
 
@@ -759,8 +770,8 @@ static amp_status mm_data_gradient(amp_layer *al, amp_dnnl_conv *d, const dmem *
     if (m->r_dxh) {
         AMP_FORWARD_IF_ERROR(run_reorder(al, m->r_dxh, &m->dxa, &m->dxh));
         *out = &m->dxh;
-    } else if (d->round16) {
-        round16(al, &m->dxa, 0);
+    } else {
+        round_half(al, d, AMP_ROUND_DX, &m->dxa, 0);
     }
     return AMP_OK;
 }
@@ -771,7 +782,7 @@ static amp_status gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network ne
     set(&d->dy_user, l.delta);
     set(&d->dw_user, l.weight_updates);
     AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_dy_bw, &d->dy_user, &d->dy_bw));
-    if (d->round16) round16(al, &d->dy_bw, 1);
+    round_half(al, d, AMP_ROUND_DY, &d->dy_bw, 1);
     /* a recurrent sub-layer: the input is the last time step's */
     if (al->sub) AMP_FORWARD_IF_ERROR(input_for(al, d, net.input));
     if (d->r_x_bw) AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_x_bw, &d->x, &d->x_bw));
@@ -783,7 +794,7 @@ static amp_status gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network ne
         w[2] = (dnnl_exec_arg_t){DNNL_ARG_DST, d->dw.m};
     }
     AMP_FORWARD_IF_ERROR(run(al, d->bwd_weights, 3, w));
-    if (d->round16) round16(al, &d->dw, 0);
+    round_half(al, d, AMP_ROUND_DW, &d->dw, 0);
     AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_dw, d->matmul ? &d->mm.dw4 : &d->dw, &d->dw_user));
     if (!net.delta) return AMP_OK;
     set(&d->dx_user, net.delta);
@@ -795,7 +806,7 @@ static amp_status gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network ne
     } else {
         if (d->r_dy_bd) {
             AMP_FORWARD_IF_ERROR(run_reorder(al, d->r_dy_bd, &d->dy_user, &d->dy_bd));
-            if (d->round16) round16(al, &d->dy_bd, 0);
+            round_half(al, d, AMP_ROUND_DY, &d->dy_bd, 0);
         }
         AMP_FORWARD_IF_ERROR(weights_for(al, d, &l, d->r_w_bwd ? d->r_w_bwd : d->r_w_fwd,
                                          &d->w_bwd,
@@ -803,7 +814,7 @@ static amp_status gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network ne
         dnnl_exec_arg_t b[3] = {{DNNL_ARG_DIFF_DST, d->dy_bd.m}, {DNNL_ARG_WEIGHTS, d->w_bwd.m},
                                 {DNNL_ARG_DIFF_SRC, d->dx.m}};
         AMP_FORWARD_IF_ERROR(run(al, d->bwd_data, 3, b));
-        if (d->round16) round16(al, &d->dx, 0);
+        round_half(al, d, AMP_ROUND_DX, &d->dx, 0);
     }
     return run_reorder(al, d->r_dx, dx, &d->dx_user);
 }
@@ -889,7 +900,7 @@ static amp_status choose(amp_layer *al, amp_dnnl_conv *d, const layer *l, amp_st
     amp_dnnl_conv *m = calloc(1, sizeof *m);
     AMP_RETURN_ERROR_IF(!m, AMP_ERR_NOMEM, why, whylen, "out of memory");
     m->dt = d->dt;
-    m->round16 = d->round16;
+    m->rounded = d->rounded;
     char whym[AMP_MSG_LEN];
     amp_status sm = mm_build(m, cn->dnnl->engine, l, whym, sizeof whym);
     if (sm == AMP_OK && cn->path == AMP_CPU_AUTO && has_reference(m)) {
@@ -1042,12 +1053,16 @@ amp_status amp_onednn_install(amp_layer *al, layer *l, amp_dtype dtype, char *wh
     (void)ctx;
     amp_dnnl_conv *d = calloc(1, sizeof *d);
     AMP_RETURN_ERROR_IF(!d, AMP_ERR_NOMEM, why, whylen, "out of memory");
-    d->dt = dtype == AMP_DTYPE_BFLOAT16 ? dnnl_bf16 : dnnl_f32;
-    /* float16: oneDNN 2.6 has no float16 convolution on CPUs, but the product
-     * of two float16 values is exact in float32: float32 kernels on operands
-     * rounded to float16, results rounded where a GPU stores half, keep every
+    /* float16 (oneDNN 2.6 has no float16 convolution on CPUs), and bfloat16
+     * where the CPU has no bfloat16 instructions (oneDNN's bfloat16 kernels
+     * are then its reference ones, slower than darknet's GEMM): the product
+     * of two half values is exact in float32, so float32 kernels on operands
+     * rounded to half, results rounded where a GPU stores half, keep every
      * rounding point of the emulation; only the order of the sums changes. */
-    d->round16 = dtype == AMP_DTYPE_FLOAT16;
+    int native_bf16 = 0;
+    (void)amp_onednn_isa(&native_bf16);
+    d->dt = dtype == AMP_DTYPE_BFLOAT16 && native_bf16 ? dnnl_bf16 : dnnl_f32;
+    d->rounded = d->dt == dnnl_f32 ? dtype : AMP_DTYPE_FLOAT32;
     amp_status st = layer_build(al, d, l, why, whylen);
     if (st == AMP_OK && cn->path == AMP_CPU_AUTO && has_reference(d)) {
         amp_errorf(why, whylen, "oneDNN has only reference kernels here (%s, %s, %s)", d->impl[0],
@@ -1063,6 +1078,9 @@ amp_status amp_onednn_install(amp_layer *al, layer *l, amp_dtype dtype, char *wh
     al->forward = layer_forward;
     al->backward = layer_backward;
     al->impl = AMP_IMPL_ONEDNN;
+    al->label = d->rounded == AMP_DTYPE_FLOAT16    ? "oneDNN float32 kernels, float16 operands"
+                : d->rounded == AMP_DTYPE_BFLOAT16 ? "oneDNN float32 kernels, bfloat16 operands"
+                                                   : "oneDNN";
     return AMP_OK;
 }
 

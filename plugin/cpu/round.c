@@ -1,126 +1,168 @@
-/* Rounding float32 arrays to float16 in place, fast: the values a float16
- * store and load would leave (half.h's amp_round_f16, bit for bit), with
- * F16C's conversions (vcvtps2ph, round to nearest even, then vcvtph2ps) eight
- * at a time where the CPU has them, split between OpenMP threads for large
- * arrays. half.h's amp_round_f16 is F16C's vcvtps2ph by construction, and
- * unit.convert holds the two together over all 2^32 inputs; unit.round holds
- * this file against amp_round_f16.
+/* Rounding float32 arrays in place to the values a float16 or bfloat16 store
+ * and load would leave (half.h's amp_round_f16 and amp_round_bf16, bit for
+ * bit), fast: eight at a time with AVX2 where the CPU has it (isa.c), split
+ * between OpenMP threads for large arrays.
  *
- * The oneDNN float16 path (onednn.c) rounds every operand and result through
- * here: 3.3 ns per element for half.h's portable code here, F16C about 0.2.
+ * float16 uses F16C's conversions (vcvtps2ph, round to nearest even, then
+ * vcvtph2ps); half.h's amp_round_f16 is vcvtps2ph by construction, and
+ * unit.convert holds the two together over all 2^32 inputs. bfloat16 is
+ * integer arithmetic on the bit patterns, half.h's amp_f32_to_bf16 eight
+ * lanes wide (no x86 instruction before AVX512-BF16 converts to bfloat16, and
+ * that one flushes float32 subnormals, which the emulation keeps).
+ * unit.round holds every variant against half.h over 2^26 patterns.
+ *
+ * The oneDNN half paths on float32 kernels (onednn.c) round every operand
+ * and result through here. Per element, one thread (unit.round prints its
+ * own figures): float16 3.3 ns in half.h's portable code, about 0.2 with
+ * F16C; bfloat16 see docs/design.md.
  */
 #include "cpu.h"
 #include "half.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
+#ifdef __x86_64__
+#if defined(__GNUC__)
 #include <immintrin.h>
-#define AMP_ROUND_F16C 1
+#define AMP_ROUND_AVX2 1
+#endif
 #endif
 
 /* Below this many elements one thread does it all. */
 #define ROUND_PARALLEL_MIN (1 << 16)
 
-#ifdef AMP_ROUND_F16C
-__attribute__((target("avx,f16c"))) static void round_f16c(float *x, size_t n,
-                                                           unsigned long long *nonzero,
-                                                           unsigned long long *flushed)
+typedef struct round_counts {
+    unsigned long long nonzero, flushed;
+} round_counts;
+
+/* The scalar rounding and counting of one element (the vector loops' tails). */
+static inline void round_one(amp_dtype dtype, float *x, round_counts *c)
+{
+    const float v = *x;
+    *x = dtype == AMP_DTYPE_BFLOAT16 ? amp_round_bf16(v) : amp_round_f16(v);
+    c->nonzero += v != 0.0f;
+    c->flushed += v != 0.0f && *x == 0.0f;
+}
+
+#ifdef AMP_ROUND_AVX2
+/* Adds to c the lanes of v that were not zero (NaN included), and of them
+ * those that r, their rounding, made zero. */
+__attribute__((target("avx2"))) static inline void count8(__m256 v, __m256 r, round_counts *c)
+{
+    const __m256 zero = _mm256_setzero_ps();
+    const int was = _mm256_movemask_ps(_mm256_cmp_ps(v, zero, _CMP_NEQ_UQ));
+    const int now = _mm256_movemask_ps(_mm256_cmp_ps(r, zero, _CMP_EQ_OQ));
+    c->nonzero += (unsigned)__builtin_popcount((unsigned)was);
+    c->flushed += (unsigned)__builtin_popcount((unsigned)(was & now));
+}
+
+__attribute__((target("avx2,f16c"))) static void round_f16_avx2(float *x, size_t n,
+                                                                round_counts *c)
 {
     size_t i = 0;
-    unsigned long long nz = 0, fl = 0;
-    const __m256 zero = _mm256_setzero_ps();
     for (; i + 8 <= n; i += 8) {
         const __m256 v = _mm256_loadu_ps(x + i);
         const __m256 r = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
         _mm256_storeu_ps(x + i, r);
-        if (nonzero) {
-            const int was = _mm256_movemask_ps(_mm256_cmp_ps(v, zero, _CMP_NEQ_UQ)); /* NaN too */
-            const int now = _mm256_movemask_ps(_mm256_cmp_ps(r, zero, _CMP_EQ_OQ));
-            nz += (unsigned)__builtin_popcount((unsigned)was);
-            fl += (unsigned)__builtin_popcount((unsigned)(was & now));
-        }
+        if (c) count8(v, r, c);
     }
-    for (; i < n; ++i) {
-        const float v = x[i];
-        x[i] = amp_round_f16(v);
-        nz += v != 0.0f;
-        fl += v != 0.0f && x[i] == 0.0f;
+    round_counts none = {0, 0};
+    for (; i < n; ++i) round_one(AMP_DTYPE_FLOAT16, x + i, c ? c : &none);
+}
+
+/* half.h's amp_f32_to_bf16, then back to float32 (the low 16 bits zero):
+ * u + 0x7fff + (bit 16 of u), truncated, for every number (a carry into the
+ * exponent is right, the largest round to inf); a NaN keeps its top bits
+ * with the quiet bit (bit 22) set. */
+__attribute__((target("avx2"))) static void round_bf16_avx2(float *x, size_t n, round_counts *c)
+{
+    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    const __m256i top = _mm256_set1_epi32((int)0xffff0000u), quiet = _mm256_set1_epi32(0x00400000);
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i u = _mm256_loadu_si256((const __m256i *)(x + i));
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+        const __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, bias), lsb), top);
+        const __m256i nan = _mm256_and_si256(_mm256_or_si256(u, quiet), top);
+        const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+        const __m256i out = _mm256_blendv_epi8(r, nan, is_nan);
+        _mm256_storeu_si256((__m256i *)(x + i), out);
+        if (c) count8(_mm256_castsi256_ps(u), _mm256_castsi256_ps(out), c);
     }
-    if (nonzero) *nonzero += nz, *flushed += fl;
+    round_counts none = {0, 0};
+    for (; i < n; ++i) round_one(AMP_DTYPE_BFLOAT16, x + i, c ? c : &none);
 }
 #endif
 
-static void round_portable(float *x, size_t n, unsigned long long *nonzero,
-                           unsigned long long *flushed)
+/* half.h's functions one element at a time (the compiler may vectorise them
+ * for SSE2; the selects are branch-free for that). */
+static void round_portable(amp_dtype dtype, float *x, size_t n, round_counts *c)
 {
-    unsigned long long nz = 0, fl = 0;
-    for (size_t i = 0; i < n; ++i) {
-        const float v = x[i];
-        x[i] = amp_round_f16(v);
-        nz += v != 0.0f;
-        fl += v != 0.0f && x[i] == 0.0f;
+    if (!c) { /* no counts: loops the compiler vectorises */
+        if (dtype == AMP_DTYPE_BFLOAT16) amp_round_bf16_array(x, n);
+        else amp_round_f16_array(x, n);
+        return;
     }
-    if (nonzero) *nonzero += nz, *flushed += fl;
+    round_counts k = {0, 0};
+    if (dtype == AMP_DTYPE_BFLOAT16)
+        for (size_t i = 0; i < n; ++i) round_one(AMP_DTYPE_BFLOAT16, x + i, &k);
+    else
+        for (size_t i = 0; i < n; ++i) round_one(AMP_DTYPE_FLOAT16, x + i, &k);
+    if (c) c->nonzero += k.nonzero, c->flushed += k.flushed;
 }
 
-/* F16C and AVX, with the operating system saving the YMM registers (CPUID
- * leaf 1, XGETBV): what gcc's and clang's builtins would say, in a form both
- * compile (clang 14 knows no "f16c" for __builtin_cpu_supports). */
-static int detect_f16c(void)
+static void round_part(amp_cpu_isa isa, amp_dtype dtype, float *x, size_t n, round_counts *c)
 {
-#ifdef AMP_ROUND_F16C
-    unsigned a, b, c, d, lo, hi;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
-    const unsigned need = 1u << 27 | 1u << 28 | 1u << 29; /* OSXSAVE, AVX, F16C */
-    if ((c & need) != need) return 0;
-    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    (void)hi;
-    return (lo & 6u) == 6u; /* XMM and YMM state */
+#ifdef AMP_ROUND_AVX2
+    if (isa >= AMP_ISA_AVX2) {
+        if (dtype == AMP_DTYPE_BFLOAT16) round_bf16_avx2(x, n, c);
+        else round_f16_avx2(x, n, c);
+        return;
+    }
+#endif
+    (void)isa;
+    round_portable(dtype, x, n, c);
+}
+
+/* The path round_part takes at isa. */
+static amp_cpu_isa path(amp_cpu_isa isa)
+{
+#ifdef AMP_ROUND_AVX2
+    return isa >= AMP_ISA_AVX2 ? AMP_ISA_AVX2 : AMP_ISA_SSE2;
 #else
-    return 0;
+    (void)isa;
+    return AMP_ISA_SSE2;
 #endif
 }
 
-static int have_f16c(void)
+amp_cpu_isa amp_cpu_round_half_at(amp_cpu_isa isa, amp_dtype dtype, float *x, size_t n,
+                                  unsigned long long *nonzero, unsigned long long *flushed)
 {
-    static int known = -1; /* the same value from any thread that sets it */
-    if (known < 0) known = detect_f16c();
-    return known;
-}
-
-static void round_part(float *x, size_t n, unsigned long long *nonzero, unsigned long long *flushed)
-{
-#ifdef AMP_ROUND_F16C
-    if (have_f16c()) {
-        round_f16c(x, n, nonzero, flushed);
-        return;
-    }
-#endif
-    round_portable(x, n, nonzero, flushed);
-}
-
-void amp_cpu_round_f16(float *x, size_t n, unsigned long long *nonzero, unsigned long long *flushed)
-{
-    (void)have_f16c(); /* decided before the threads start */
+    if (isa > amp_cpu_isa_detected()) isa = amp_cpu_isa_detected();
+    if (dtype != AMP_DTYPE_FLOAT16 && dtype != AMP_DTYPE_BFLOAT16) return path(isa);
+    round_counts total = {0, 0};
     if (n < ROUND_PARALLEL_MIN) {
-        round_part(x, n, nonzero, flushed);
-        return;
-    }
-    unsigned long long nz = 0, fl = 0;
-    const long chunks = (long)((n + ROUND_PARALLEL_MIN - 1) / ROUND_PARALLEL_MIN);
+        round_part(isa, dtype, x, n, nonzero ? &total : NULL);
+    } else {
+        unsigned long long nz = 0, fl = 0;
+        const long chunks = (long)((n + ROUND_PARALLEL_MIN - 1) / ROUND_PARALLEL_MIN);
 #pragma omp parallel for reduction(+ : nz, fl) schedule(static)
-    for (long c = 0; c < chunks; ++c) {
-        const size_t start = (size_t)c * ROUND_PARALLEL_MIN;
-        const size_t len = n - start < ROUND_PARALLEL_MIN ? n - start : ROUND_PARALLEL_MIN;
-        unsigned long long cnz = 0, cfl = 0;
-        round_part(x + start, len, nonzero ? &cnz : NULL, &cfl);
-        nz += cnz;
-        fl += cfl;
+        for (long k = 0; k < chunks; ++k) {
+            const size_t start = (size_t)k * ROUND_PARALLEL_MIN;
+            const size_t len = n - start < ROUND_PARALLEL_MIN ? n - start : ROUND_PARALLEL_MIN;
+            round_counts c = {0, 0};
+            round_part(isa, dtype, x + start, len, nonzero ? &c : NULL);
+            nz += c.nonzero;
+            fl += c.flushed;
+        }
+        total.nonzero = nz;
+        total.flushed = fl;
     }
-    if (nonzero) *nonzero += nz, *flushed += fl;
+    if (nonzero) *nonzero += total.nonzero, *flushed += total.flushed;
+    return path(isa);
 }
 
-int amp_cpu_round_f16_native(void)
+void amp_cpu_round_half(amp_dtype dtype, float *x, size_t n, unsigned long long *nonzero,
+                        unsigned long long *flushed)
 {
-    return have_f16c();
+    (void)amp_cpu_round_half_at(amp_cpu_isa_used(), dtype, x, n, nonzero, flushed);
 }

@@ -19,10 +19,11 @@
  * needs none: darknet's CPU backward already uses var + 1e-5, and with the
  * biased variance it is the exact gradient of cuDNN's forward.
  *
- * The per-channel work is compiled for AVX-512, AVX2 and baseline x86-64 and
- * chosen at load time (AMP_SIMD_CLONES, cpu.h): the library is built for any
- * x86-64, which alone would give these loops 4-wide SSE2. The reductions'
- * lanes, and so the order of their float sums, follow the vector width.
+ * The per-channel work is compiled for AVX-512, AVX2 and baseline x86-64, one
+ * chosen per process (isa.c: the CPU's widest, or DARKNET_AMP_MAX_CPU_ISA's
+ * cap): the library is built for any x86-64, which alone would give these
+ * loops 4-wide SSE2. The reductions' lanes, and so the order of their float
+ * sums, follow the vector width.
  */
 #include "cpu.h"
 
@@ -34,9 +35,17 @@
 /* Parallel only when there is enough work to pay for waking the threads. */
 #define AMP_TAIL_MIN_PARALLEL 16384
 
+/* The per-channel functions below are inlined into one wrapper per
+ * instruction set (TAIL_VARIANTS), each compiled for its target. */
+#if defined(__GNUC__)
+#define TAIL_INLINE static inline __attribute__((always_inline))
+#else
+#define TAIL_INLINE static inline
+#endif
+
 /* p = act(p * scale + bias) over one channel of one image; a loop per common
  * activation, so the compiler can vectorise it. */
-static void activate_slice(float *p, int size, float scale, float bias, ACTIVATION a)
+TAIL_INLINE void activate_slice(float *p, int size, float scale, float bias, ACTIVATION a)
 {
     switch (a) {
     case LINEAR:
@@ -56,7 +65,7 @@ static void activate_slice(float *p, int size, float scale, float bias, ACTIVATI
 }
 
 /* d *= act'(y) over one slice. */
-static void gradient_slice(float *d, const float *y, int size, ACTIVATION a)
+TAIL_INLINE void gradient_slice(float *d, const float *y, int size, ACTIVATION a)
 {
     switch (a) {
     case LINEAR: break;
@@ -70,8 +79,7 @@ static void gradient_slice(float *d, const float *y, int size, ACTIVATION a)
 }
 
 /* Channel f without batch-norm: bias and activation. */
-AMP_SIMD_CLONES
-static void forward_bias(const layer *l, int f, int n, int size)
+TAIL_INLINE void forward_bias(const layer *l, int f, int n, int size)
 {
     for (int b = 0; b < l->batch; ++b)
         activate_slice(l->output + ((long)b * n + f) * size, size, 1, l->biases[f], l->activation);
@@ -79,8 +87,7 @@ static void forward_bias(const layer *l, int f, int n, int size)
 
 /* Channel f with batch-norm: statistics (training), normalisation, scale,
  * bias and activation. */
-AMP_SIMD_CLONES
-static void forward_norm(const layer *l, int train, int f, int n, int size, int cudnn)
+TAIL_INLINE void forward_norm(const layer *l, int train, int f, int n, int size, int cudnn)
 {
     const int batch = l->batch, count = batch * size;
     float *y = l->output;
@@ -132,22 +139,8 @@ static void forward_norm(const layer *l, int train, int f, int n, int size, int 
     }
 }
 
-void amp_tail_forward(layer l, network net, int nbias, int bias_size, amp_bn_formula bn)
-{
-    const int n = nbias, size = bias_size, train = net.train, cudnn = bn == AMP_BN_CUDNN;
-    const long total = (long)l.batch * n * size;
-    if (!l.batch_normalize) {
-#pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
-        for (int f = 0; f < n; ++f) forward_bias(&l, f, n, size);
-        return;
-    }
-#pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
-    for (int f = 0; f < n; ++f) forward_norm(&l, train, f, n, size, cudnn);
-}
-
 /* Channel f without batch-norm: the activation's gradient and the bias's. */
-AMP_SIMD_CLONES
-static void backward_bias(const layer *l, int f, int n, int size)
+TAIL_INLINE void backward_bias(const layer *l, int f, int n, int size)
 {
     float *d = l->delta;
     for (int b = 0; b < l->batch; ++b) { /* added per image, as darknet does */
@@ -161,8 +154,7 @@ static void backward_bias(const layer *l, int f, int n, int size)
 }
 
 /* Channel f with batch-norm. */
-AMP_SIMD_CLONES
-static void backward_norm(const layer *l, const float *mean, const float *variance, int f, int n,
+TAIL_INLINE void backward_norm(const layer *l, const float *mean, const float *variance, int f, int n,
                           int size)
 {
     const int batch = l->batch;
@@ -213,17 +205,83 @@ static void backward_norm(const layer *l, const float *mean, const float *varian
     }
 }
 
+/* The four per-channel functions for one instruction set. */
+typedef struct tail_kernels {
+    void (*forward_bias)(const layer *l, int f, int n, int size);
+    void (*forward_norm)(const layer *l, int train, int f, int n, int size, int cudnn);
+    void (*backward_bias)(const layer *l, int f, int n, int size);
+    void (*backward_norm)(const layer *l, const float *mean, const float *variance, int f, int n,
+                          int size);
+} tail_kernels;
+
+#define TAIL_VARIANTS(attr, isa)                                                                  \
+    attr static void forward_bias_##isa(const layer *l, int f, int n, int size)                   \
+    {                                                                                             \
+        forward_bias(l, f, n, size);                                                              \
+    }                                                                                             \
+    attr static void forward_norm_##isa(const layer *l, int train, int f, int n, int size,        \
+                                        int cudnn)                                                \
+    {                                                                                             \
+        forward_norm(l, train, f, n, size, cudnn);                                                \
+    }                                                                                             \
+    attr static void backward_bias_##isa(const layer *l, int f, int n, int size)                  \
+    {                                                                                             \
+        backward_bias(l, f, n, size);                                                             \
+    }                                                                                             \
+    attr static void backward_norm_##isa(const layer *l, const float *mean,                       \
+                                         const float *variance, int f, int n, int size)           \
+    {                                                                                             \
+        backward_norm(l, mean, variance, f, n, size);                                             \
+    }                                                                                             \
+    static const tail_kernels tail_##isa = {forward_bias_##isa, forward_norm_##isa,               \
+                                            backward_bias_##isa, backward_norm_##isa};
+
+TAIL_VARIANTS(, sse2)
+#if defined(__x86_64__) && defined(__GNUC__)
+TAIL_VARIANTS(__attribute__((target("avx2"))), avx2)
+TAIL_VARIANTS(__attribute__((target("avx512f"))), avx512)
+#define TAIL_X86 1
+#endif
+
+/* The variant isa.c chose for this process. */
+static const tail_kernels *kernels(void)
+{
+#ifdef TAIL_X86
+    switch (amp_cpu_isa_used()) {
+    case AMP_ISA_AVX512: return &tail_avx512;
+    case AMP_ISA_AVX2: return &tail_avx2;
+    default: break;
+    }
+#endif
+    return &tail_sse2;
+}
+
+void amp_tail_forward(layer l, network net, int nbias, int bias_size, amp_bn_formula bn)
+{
+    const int n = nbias, size = bias_size, train = net.train, cudnn = bn == AMP_BN_CUDNN;
+    const long total = (long)l.batch * n * size;
+    const tail_kernels *k = kernels();
+    if (!l.batch_normalize) {
+#pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
+        for (int f = 0; f < n; ++f) k->forward_bias(&l, f, n, size);
+        return;
+    }
+#pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
+    for (int f = 0; f < n; ++f) k->forward_norm(&l, train, f, n, size, cudnn);
+}
+
 void amp_tail_backward(layer l, network net, int nbias, int bias_size)
 {
+    const tail_kernels *k = kernels();
     const int n = nbias, size = bias_size;
     const long total = (long)l.batch * n * size;
     if (!l.batch_normalize) {
 #pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
-        for (int f = 0; f < n; ++f) backward_bias(&l, f, n, size);
+        for (int f = 0; f < n; ++f) k->backward_bias(&l, f, n, size);
         return;
     }
     const float *mean = net.train ? l.mean : l.rolling_mean;
     const float *variance = net.train ? l.variance : l.rolling_variance;
 #pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
-    for (int f = 0; f < n; ++f) backward_norm(&l, mean, variance, f, n, size);
+    for (int f = 0; f < n; ++f) k->backward_norm(&l, mean, variance, f, n, size);
 }

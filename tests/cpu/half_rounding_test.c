@@ -101,12 +101,25 @@ static size_t nweights(const layer *l)
     return l->type == CONNECTED ? (size_t)l->inputs * l->outputs : (size_t)l->nweights;
 }
 
+/* --drop-each: a rounding point left out of the oneDNN path (planted); the
+ * tensors are then checked without a line each, and counted when outside
+ * the bounds. */
+static int quiet, caught;
+static char first_caught[256];
+
 static void tensor(const char *what, const float *emu, const float *dnn, size_t n)
 {
     int over = 0;
     size_t beyond = 0;
     const size_t bad = not_half(dnn, n), d = differ(emu, dnn, n, &beyond, &over);
     const char *type = amp_dtype_name(dtype);
+    if (quiet) {
+        if ((bad || over || d > MAX_DIFFER * n) && !caught++)
+            snprintf(first_caught, sizeof first_caught,
+                     "%s: %zu of %zu elements not %s values, %zu differ from the emulation, %zu "
+                     "by more than one ulp", what, bad, n, type, d, beyond);
+        return;
+    }
     CHECK(bad == 0, "%s: all %zu elements %s values (%zu are not)", what, n, type, bad);
     CHECK(!over && d <= MAX_DIFFER * n,
           "%s: %zu of %zu elements (%.2f%%) differ from the emulation (bound %.0f%%), %zu of "
@@ -195,32 +208,42 @@ static void sublayers(network *emu, network *dnn, int i)
 }
 
 
-int main(int argc, char **argv)
+/* The layers through oneDNN on float32 kernels with half-rounded operands
+ * (their label says so), of those through oneDNN. */
+static int on_float32_kernels(const network *net, int *through)
 {
-    const char *cfg = argc == 2 ? argv[1] : NULL;
-    if (argc == 3 && !strcmp(argv[1], "--bfloat16")) {
-        dtype = AMP_DTYPE_BFLOAT16;
-        cfg = argv[2];
+    int n = 0;
+    *through = 0;
+    for (int i = 0; i < net->n; ++i) {
+        const amp_layer *al = &amp_net_of(net)->layers[i];
+        if (al->impl != AMP_IMPL_ONEDNN) continue;
+        ++*through;
+        n += al->label && strstr(al->label, "float32 kernels") != NULL;
     }
-    if (!cfg) {
-        fprintf(stderr, "usage: half_rounding_test [--bfloat16] CFG\n");
-        return 2;
-    }
-#ifndef AMP_HAVE_ONEDNN
-    printf("SKIP: built without oneDNN\n");
-    return 77;
-#endif
+    return n;
+}
+
+/* Every layer of cfg through oneDNN against the emulation, with the rounding
+ * points in unrounded left out of the oneDNN path; 77 where none runs there. */
+static int compare(const char *cfg, unsigned unrounded)
+{
     network *emu = test_half_static(cfg, dtype, "emulate");
     network *dnn = test_half_static(cfg, dtype, "auto");
+    cpu_net_of(amp_net_of(dnn))->unrounded = unrounded;
     int through = 0;
-    for (int i = 0; i < dnn->n; ++i)
-        through += amp_net_of(dnn)->layers[i].impl == AMP_IMPL_ONEDNN;
+    const int f32k = on_float32_kernels(dnn, &through);
     if (!through) {
         printf("SKIP: no layer runs %s through oneDNN here\n", amp_dtype_name(dtype));
         return 77;
     }
-    CHECK(through == dnn->n, "%d of %d layers run %s through oneDNN", through, dnn->n,
-          amp_dtype_name(dtype));
+    if (!quiet) {
+        CHECK(through == dnn->n, "%d of %d layers run %s through oneDNN (%d of them on float32 "
+              "kernels, %s operands)", through, dnn->n, amp_dtype_name(dtype), f32k,
+              amp_dtype_name(dtype));
+    } else {
+        CHECK(f32k == dnn->n, "%d of %d layers on oneDNN's float32 kernels, %s operands, whose "
+              "rounding points can be left out", f32k, dnn->n, amp_dtype_name(dtype));
+    }
     char what[128];
     int recurrent = 0;
     for (int i = 0; i < emu->n; ++i) recurrent |= amp_net_of(emu)->layers[i].nsubs > 0;
@@ -255,20 +278,61 @@ int main(int argc, char **argv)
                    (size_t)a->inputs * a->batch);
     }
 done:
-    CHECK(onednn_fallbacks(dnn) == 0, "no oneDNN layer ran in the emulation instead (%d did)",
-          onednn_fallbacks(dnn));
-    CHECK(onednn_conv_form_mismatches(dnn) == 0,
-          "every convolution in the form DARKNET_AMP_CONV asks for");
-    /* the incoming gradients' flushes, as amp_network_flushed reports them:
-     * counted where float16 rounds them (bfloat16 keeps float32's range) */
-    const amp_net *ae = amp_net_of(emu), *ad = amp_net_of(dnn);
-    if (dtype == AMP_DTYPE_FLOAT16)
-        CHECK(ae->grad_nonzero == ad->grad_nonzero && ae->grad_flushed == ad->grad_flushed &&
-                  ad->grad_flushed > 0,
-              "incoming gradients: %llu of %llu nonzero elements flushed to zero (emulation: %llu "
-              "of %llu)",
-              ad->grad_flushed, ad->grad_nonzero, ae->grad_flushed, ae->grad_nonzero);
+    if (!quiet) {
+        CHECK(onednn_fallbacks(dnn) == 0, "no oneDNN layer ran in the emulation instead (%d did)",
+              onednn_fallbacks(dnn));
+        CHECK(onednn_conv_form_mismatches(dnn) == 0,
+              "every convolution in the form DARKNET_AMP_CONV asks for");
+        /* the incoming gradients' flushes, as amp_network_flushed reports
+         * them: counted where the plugin rounds them (float32 kernels, and
+         * the emulation); float16 flushes some, bfloat16 keeps float32's range */
+        const amp_net *ae = amp_net_of(emu), *ad = amp_net_of(dnn);
+        if (f32k == dnn->n)
+            CHECK(ae->grad_nonzero == ad->grad_nonzero && ae->grad_flushed == ad->grad_flushed &&
+                      (dtype != AMP_DTYPE_FLOAT16 || ad->grad_flushed > 0),
+                  "incoming gradients: %llu of %llu nonzero elements flushed to zero (emulation: "
+                  "%llu of %llu)",
+                  ad->grad_flushed, ad->grad_nonzero, ae->grad_flushed, ae->grad_nonzero);
+    }
     free_network(emu);
     free_network(dnn);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int drop_each = 0, a = 1;
+    for (; a < argc - 1; ++a) {
+        if (!strcmp(argv[a], "--bfloat16")) dtype = AMP_DTYPE_BFLOAT16;
+        else if (!strcmp(argv[a], "--drop-each")) drop_each = 1;
+        else break;
+    }
+    if (a != argc - 1) {
+        fprintf(stderr, "usage: half_rounding_test [--bfloat16] [--drop-each] CFG\n");
+        return 2;
+    }
+    const char *cfg = argv[a];
+#ifndef AMP_HAVE_ONEDNN
+    printf("SKIP: built without oneDNN\n");
+    return 77;
+#endif
+    if (!drop_each) {
+        if (compare(cfg, 0) == 77) return 77;
+        return check_report();
+    }
+    /* Each rounding point left out in turn must put some tensor outside the
+     * bounds that the full path keeps: the test can fail. */
+    static const char *const names[AMP_ROUND_POINTS] = {
+        "input (x)", "weights (W)", "output (y)", "incoming gradient (dy)",
+        "weight gradient (dW)", "data gradient (dx)"};
+    for (int p = 0; p < AMP_ROUND_POINTS; ++p) {
+        quiet = 1;
+        caught = 0;
+        first_caught[0] = 0;
+        if (compare(cfg, 1u << p) == 77) return 77;
+        quiet = 0;
+        CHECK(caught > 0, "the %s rounding left out (planted): %d tensors outside the bounds%s%s",
+              names[p], caught, caught ? ", the first " : "", first_caught);
+    }
     return check_report();
 }

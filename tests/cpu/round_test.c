@@ -1,11 +1,16 @@
-/* plugin/cpu/round.c (F16C, threaded) against half.h's amp_round_f16, bit for
- * bit, and its flush counts against a plain count: 2^26 float32 bit patterns
- * spread over every exponent (NaNs, infinities, subnormals and the float16
- * overflow and underflow boundaries included), in arrays whose lengths are
- * not multiples of 8 and large enough for the threaded path.
+/* plugin/cpu/round.c (AVX2 with F16C, and the portable loops; threaded)
+ * against half.h's amp_round_f16 and amp_round_bf16, bit for bit, and its
+ * flush counts against a plain count: 2^26 float32 bit patterns spread over
+ * every exponent (NaNs, infinities, subnormals, the float16 overflow and
+ * underflow boundaries and bfloat16's ties included), in arrays whose
+ * lengths are not multiples of 8 and large enough for the threaded path;
+ * for both dtypes, with every variant this CPU runs (the widest capped by
+ * DARKNET_AMP_MAX_CPU_ISA, then each narrower one). Prints each variant's
+ * time per element (one thread's share; not checked).
  *
  *   round_test
  */
+#include "core.h" /* amp_clock */
 #include "cpu.h"
 #include "half.h"
 #include "check.h"
@@ -14,38 +19,70 @@
 #include <stdlib.h>
 #include <string.h>
 
-int main(void)
+#define N ((size_t)1 << 26)
+#define PART ((size_t)1000003) /* odd: tails of 1..7 */
+
+/* Rounds a copy of src at isa in PART-sized calls; checks it against ref. */
+static void check_variant(amp_cpu_isa isa, amp_dtype dt, const float *src, const float *ref,
+                          unsigned long long nz_ref, unsigned long long fl_ref, float *x)
 {
-    const size_t n = (size_t)1 << 26, part = 1000003; /* odd: tails of 1..7 */
-    float *x = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float));
-    if (!x || !ref) return 1;
-    for (size_t i = 0; i < n; ++i) {
-        const uint32_t bits = (uint32_t)(i * 64u + (i * 2654435761u >> 26)); /* every 64th, jittered */
-        memcpy(&x[i], &bits, sizeof bits);
-    }
-    unsigned long long nz_ref = 0, fl_ref = 0, nz = 0, fl = 0;
-    for (size_t i = 0; i < n; ++i) {
-        ref[i] = amp_round_f16(x[i]);
-        nz_ref += x[i] != 0.0f;
-        fl_ref += x[i] != 0.0f && ref[i] == 0.0f;
-    }
-    for (size_t at = 0; at < n; at += part)
-        amp_cpu_round_f16(x + at, n - at < part ? n - at : part, &nz, &fl);
-    size_t differ = 0, first = n;
-    for (size_t i = 0; i < n; ++i)
+    memcpy(x, src, N * sizeof(float));
+    unsigned long long nz = 0, fl = 0;
+    amp_cpu_isa ran = AMP_ISA_SSE2;
+    const double t0 = amp_clock();
+    for (size_t at = 0; at < N; at += PART)
+        ran = amp_cpu_round_half_at(isa, dt, x + at, N - at < PART ? N - at : PART, &nz, &fl);
+    const double dt_s = amp_clock() - t0;
+    size_t differ = 0, first = N;
+    for (size_t i = 0; i < N; ++i)
         if (memcmp(&x[i], &ref[i], sizeof(float))) {
-            if (first == n) first = i;
+            if (first == N) first = i;
             ++differ;
         }
-    CHECK(differ == 0, "%zu float32 patterns rounded in place (%s): %zu differ from "
-          "amp_round_f16 in their bits%s", n,
-          amp_cpu_round_f16_native() ? "F16C" : "portable code, no F16C here", differ,
-          differ ? " (the first shown by its index)" : "");
-    if (differ) printf("  first at %zu\n", first);
+    const char *name = amp_dtype_name(dt), *code = ran == AMP_ISA_AVX2 ? "AVX2" : "portable";
+    CHECK(differ == 0, "%s, %s code (asked %s): %zu float32 patterns rounded in place, %zu "
+          "differ from half.h in their bits", name, code, amp_cpu_isa_name(isa), N, differ);
+    if (differ) {
+        uint32_t a, b, s;
+        memcpy(&a, &x[first], 4), memcpy(&b, &ref[first], 4), memcpy(&s, &src[first], 4);
+        printf("  first at %zu: 0x%08x gave 0x%08x, half.h 0x%08x\n", first, s, a, b);
+    }
     CHECK(nz == nz_ref && fl == fl_ref,
-          "flush counts: %llu nonzero (expected %llu), %llu flushed to zero (expected %llu)", nz,
-          nz_ref, fl, fl_ref);
-    free(x);
+          "%s, %s code: flush counts %llu nonzero (expected %llu), %llu flushed to zero "
+          "(expected %llu)", name, code, nz, nz_ref, fl, fl_ref);
+    printf("  %s, %s code: %.2f ns per element (%zu elements in %.3f s, counting, threaded)\n",
+           name, code, 1e9 * dt_s / N, N, dt_s);
+}
+
+int main(void)
+{
+    float *src = malloc(N * sizeof(float)), *ref = malloc(N * sizeof(float));
+    float *x = malloc(N * sizeof(float));
+    if (!src || !ref || !x) return 1;
+    for (size_t i = 0; i < N; ++i) {
+        /* every 64th pattern, jittered; every 8th a tie or a neighbour of
+         * one for bfloat16 (low 16 bits 0x7fff, 0x8000, 0x8001) */
+        uint32_t bits = (uint32_t)(i * 64u + (i * 2654435761u >> 26));
+        if (i % 8 == 3) bits = (bits & 0xffff0000u) | (0x7fffu + (uint32_t)(i / 8 % 3));
+        memcpy(&src[i], &bits, sizeof bits);
+    }
+    printf("this CPU runs the plugin's %s variants; in use: %s (DARKNET_AMP_MAX_CPU_ISA)\n",
+           amp_cpu_isa_name(amp_cpu_isa_detected()), amp_cpu_isa_name(amp_cpu_isa_used()));
+    const amp_dtype dts[2] = {AMP_DTYPE_FLOAT16, AMP_DTYPE_BFLOAT16};
+    for (int k = 0; k < 2; ++k) {
+        unsigned long long nz_ref = 0, fl_ref = 0;
+        for (size_t i = 0; i < N; ++i) {
+            ref[i] = dts[k] == AMP_DTYPE_BFLOAT16 ? amp_round_bf16(src[i]) : amp_round_f16(src[i]);
+            nz_ref += src[i] != 0.0f;
+            fl_ref += src[i] != 0.0f && ref[i] == 0.0f;
+        }
+        for (int isa = (int)amp_cpu_isa_used(); isa >= 0; --isa) {
+            if (isa == AMP_ISA_AVX512) continue; /* the rounding has no AVX-512 variant */
+            check_variant((amp_cpu_isa)isa, dts[k], src, ref, nz_ref, fl_ref, x);
+        }
+    }
+    free(src);
     free(ref);
+    free(x);
     return check_report();
 }

@@ -2,7 +2,7 @@
 """PyTorch reference for scripts/bench: a darknet cfg's network, trained in PyTorch.
 
     bench_torch.py CFG --size PX [--batch 8] [--threads 2] [--iters 6] [--warmup 2]
-                       [--modes fp32,bf16,bf16-cl,bf16-compile-cl] [--darknet-weights FILE]
+                       [--modes fp32,fp32-cl,bf16,bf16-cl,bf16-compile-cl] [--darknet-weights FILE]
     bench_torch.py CFG --size PX --flops-only
 
 Builds the architecture of a darknet cfg (convolutional with or without
@@ -13,6 +13,8 @@ momentum 0.9, weight decay 5e-4, darknet's defaults for yolov3-tiny but a small
 lr) on random inputs, on the given number of threads, in each mode:
 
     fp32             float32, eager, NCHW
+    fp32-cl          the same in channels_last (NHWC: model and input), the
+                     fastest on CPUs without bfloat16 instructions
     bf16             torch.autocast('cpu', dtype=torch.bfloat16), eager, NCHW
     bf16-cl          the same in channels_last (NHWC: model and input)
     bf16-compile     bf16 with the model through torch.compile (Inductor), NCHW
@@ -200,6 +202,7 @@ def darknet_floats(path):
 
 MODES = {  # mode: (autocast bf16, channels_last, torch.compile)
     'fp32': (False, False, False),
+    'fp32-cl': (False, True, False),
     'bf16': (True, False, False),
     'bf16-cl': (True, True, False),
     'bf16-compile': (True, False, True),
@@ -250,7 +253,7 @@ def main():
     ap.add_argument('--threads', type=int, default=2)
     ap.add_argument('--iters', type=int, default=6)
     ap.add_argument('--warmup', type=int, default=2)
-    ap.add_argument('--modes', default='fp32,bf16,bf16-cl,bf16-compile-cl')
+    ap.add_argument('--modes', default='fp32,fp32-cl,bf16,bf16-cl,bf16-compile-cl')
     ap.add_argument('--darknet-weights')
     ap.add_argument('--flops-only', action='store_true')
     a = ap.parse_args()

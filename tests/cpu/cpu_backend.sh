@@ -3,10 +3,12 @@
 # 1. bfloat16 by default goes through oneDNN where the CPU runs bfloat16
 #    (AVX512-BF16 or AMX), with no warning;
 # 2. with oneDNN limited to AVX2 (DNNL_MAX_CPU_ISA, as on a CPU without
-#    AVX512), one warning that bfloat16 will be slow, and the layers fall back
-#    to the emulation (oneDNN has only reference kernels there);
-# 3. DARKNET_AMP_CPU=emulate and =onednn are obeyed; a bad value is refused
-#    with a message naming the variable;
+#    AVX512-BF16 or AMX), bfloat16 goes to oneDNN's float32 kernels on
+#    bfloat16-rounded operands, and one note says so;
+# 3. DARKNET_AMP_CPU=emulate and =onednn are obeyed, the emulation with a
+#    warning; a bad value is refused with a message naming the variable;
+#    DARKNET_AMP_MAX_CPU_ISA caps the plugin's own loops (said in the
+#    start-up lines), and a bad value is refused the same way;
 # 4. float16 goes to oneDNN as float32 kernels on float16-rounded operands
 #    (oneDNN 2.6 has no float16 convolution on CPUs), by default; with
 #    DARKNET_AMP_CPU=emulate it stays in the emulation.
@@ -30,28 +32,40 @@ run() { # name cfg env...: one iteration, stderr to $out/name.err
     echo $? > "$out/$name.rc"
 }
 table() { grep -E '^amp: +(bfloat16|float16) ' "$out/$1.err" | sed 's/^amp: *//' | tr -s ' '; }
-warned() { grep -c 'warning: this CPU has neither AVX512-BF16 nor AMX' "$out/$1.err"; }
+warned() { grep -c 'note: this CPU has neither AVX512-BF16 nor AMX' "$out/$1.err"; }
 
-if grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo; then
+if grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo && [ -z "${DNNL_MAX_CPU_ISA:-}" ]; then
     run native "$out/bf16.cfg"
     [ "$(table native)" != "" ] && table native | grep -q 'oneDNN' && ! table native | grep -q emulated \
         && ok "bfloat16 on this CPU: $(table native)" || bad "bfloat16 not through oneDNN: $(table native)"
     [ "$(warned native)" = 0 ] && ok "no warning where the CPU has bfloat16" \
         || bad "warned on a CPU with bfloat16"
 else
-    echo "note: this CPU has neither avx512_bf16 nor amx_bf16: the native case is not checked"
+    echo "note: this CPU has neither avx512_bf16 nor amx_bf16 (or DNNL_MAX_CPU_ISA caps oneDNN): the native case is not checked"
 fi
 
 run avx2 "$out/bf16.cfg" DNNL_MAX_CPU_ISA=AVX2
-[ "$(warned avx2)" = 1 ] && ok "oneDNN limited to AVX2: one warning: $(grep warning "$out/avx2.err" | head -1)" \
-    || bad "expected one warning with DNNL_MAX_CPU_ISA=AVX2, got $(warned avx2)"
-table avx2 | grep -q 'emulated' && ! table avx2 | grep -q oneDNN \
-    && ok "... and the emulation instead of oneDNN's reference kernels: $(table avx2)" \
+[ "$(warned avx2)" = 1 ] && ok "oneDNN limited to AVX2: one note: $(grep 'note:' "$out/avx2.err" | head -1)" \
+    || bad "expected one note with DNNL_MAX_CPU_ISA=AVX2, got $(warned avx2)"
+table avx2 | grep -q 'bfloat16 (oneDNN float32 kernels, bfloat16 operands)' && ! table avx2 | grep -q emulated \
+    && ok "... and oneDNN's float32 kernels on bfloat16 operands: $(table avx2)" \
     || bad "with AVX2 only: $(table avx2)"
 
 run emulate "$out/bf16.cfg" DARKNET_AMP_CPU=emulate
 table emulate | grep -q emulated && ! table emulate | grep -q oneDNN \
     && ok "DARKNET_AMP_CPU=emulate: $(table emulate)" || bad "DARKNET_AMP_CPU=emulate: $(table emulate)"
+grep -q 'warning: the half layers are emulated in software (DARKNET_AMP_CPU=emulate)' "$out/emulate.err" \
+    && ok "... with a warning: $(grep -m1 'warning:' "$out/emulate.err")" \
+    || bad "DARKNET_AMP_CPU=emulate without the warning: $(grep -m1 'amp:' "$out/emulate.err")"
+
+run sse2 "$out/bf16.cfg" DARKNET_AMP_MAX_CPU_ISA=sse2
+grep -q "the plugin's loops sse2" "$out/sse2.err" \
+    && ok "DARKNET_AMP_MAX_CPU_ISA=sse2: $(grep -m1 "the plugin's loops" "$out/sse2.err")" \
+    || bad "DARKNET_AMP_MAX_CPU_ISA=sse2 not said: $(grep -m1 "CPU:" "$out/sse2.err")"
+run isabogus "$out/bf16.cfg" DARKNET_AMP_MAX_CPU_ISA=avx3
+[ "$(cat "$out/isabogus.rc")" != 0 ] && grep -q 'DARKNET_AMP_MAX_CPU_ISA=avx3: expected sse2, avx2 or avx512' "$out/isabogus.err" \
+    && ok "DARKNET_AMP_MAX_CPU_ISA=avx3 refused: $(grep -m1 'DARKNET_AMP_MAX_CPU_ISA' "$out/isabogus.err")" \
+    || bad "DARKNET_AMP_MAX_CPU_ISA=avx3 not refused (exit $(cat "$out/isabogus.rc")): $(tail -n 2 "$out/isabogus.err")"
 
 run bogus "$out/bf16.cfg" DARKNET_AMP_CPU=fast
 [ "$(cat "$out/bogus.rc")" != 0 ] && grep -q 'DARKNET_AMP_CPU=fast: expected auto, onednn or emulate' "$out/bogus.err" \
@@ -68,7 +82,7 @@ table fp16emu | grep -q 'float16 (emulated)' && ! table fp16emu | grep -q oneDNN
 
 for f in "$out"/*.rc; do
     n=$(basename "$f" .rc)
-    [ "$n" = bogus ] || [ "$(cat "$f")" = 0 ] || bad "$n run failed: $(tail -n 2 "$out/$n.err")"
+    [ "$n" = bogus ] || [ "$n" = isabogus ] || [ "$(cat "$f")" = 0 ] || bad "$n run failed: $(tail -n 2 "$out/$n.err")"
 done
 [ "$fails" = 0 ] && echo "PASS" || echo "FAIL: $fails checks"
 [ "$fails" = 0 ]

@@ -63,6 +63,7 @@ static amp_status net_init(amp_net *an, char *err, size_t errlen)
     AMP_FORWARD_IF_ERROR(amp_conv_form_parse(an->env.conv, &cn->conv_form, err, errlen));
     amp_cpu_isa cap; /* isa.c reads it once for the process; refused here, with a message */
     AMP_FORWARD_IF_ERROR(amp_cpu_isa_parse(getenv("DARKNET_AMP_MAX_CPU_ISA"), &cap, err, errlen));
+    (void)amp_cpu_isa_used(); /* decided now, before the layers' threads run */
     cn->saved = malloc((an->nparams ? an->nparams : 1) * sizeof(float));
     AMP_RETURN_ERROR_IF(!cn->saved, AMP_ERR_NOMEM, err, errlen,
                         "amp: out of memory attaching to %s", an->cfgfile);

@@ -27,9 +27,10 @@
 
 /* The instruction sets the plugin's own SIMD variants are built for (isa.c):
  * the tails' loops (tail.c: AVX-512, AVX2, baseline) and the rounding
- * (round.c: AVX2 with F16C, baseline). */
+ * (round.c: float16 with F16C from AVX up, bfloat16 with AVX2, baseline). */
 typedef enum amp_cpu_isa {
     AMP_ISA_SSE2,   /* baseline x86-64 (and any other CPU) */
+    AMP_ISA_AVX,    /* AVX and F16C, no AVX2 (Ivy Bridge, AMD Piledriver) */
     AMP_ISA_AVX2,   /* AVX2 and F16C */
     AMP_ISA_AVX512, /* AVX-512 F */
     AMP_ISA_COUNT
@@ -183,7 +184,8 @@ const char *amp_onednn_isa(int *native_bf16);
 void amp_cpu_round_half(amp_dtype dtype, float *x, size_t n, unsigned long long *nonzero,
                         unsigned long long *flushed);
 /* The same with the variants of isa (at most the CPU's), for the tests;
- * returns the variant that ran (AMP_ISA_AVX2 or AMP_ISA_SSE2). */
+ * returns the variant that ran (AMP_ISA_AVX2, AMP_ISA_AVX: F16C, or
+ * AMP_ISA_SSE2: portable code). */
 amp_cpu_isa amp_cpu_round_half_at(amp_cpu_isa isa, amp_dtype dtype, float *x, size_t n,
                                   unsigned long long *nonzero, unsigned long long *flushed);
 

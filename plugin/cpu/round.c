@@ -1,7 +1,7 @@
 /* Rounding float32 arrays in place to the values a float16 or bfloat16 store
  * and load would leave (half.h's amp_round_f16 and amp_round_bf16, bit for
- * bit), fast: eight at a time with AVX2 where the CPU has it (isa.c), split
- * between OpenMP threads for large arrays.
+ * bit), fast: eight at a time where the CPU has F16C (float16) or AVX2
+ * (bfloat16) (isa.c), split between OpenMP threads for large arrays.
  *
  * float16 uses F16C's conversions (vcvtps2ph, round to nearest even, then
  * vcvtph2ps); half.h's amp_round_f16 is vcvtps2ph by construction, and
@@ -45,7 +45,7 @@ static inline void round_one(amp_dtype dtype, float *x, round_counts *c)
 #ifdef AMP_ROUND_AVX2
 /* Adds to c the lanes of v that were not zero (NaN included), and of them
  * those that r, their rounding, made zero. */
-__attribute__((target("avx2"))) static inline void count8(__m256 v, __m256 r, round_counts *c)
+__attribute__((target("avx"))) static inline void count8(__m256 v, __m256 r, round_counts *c)
 {
     const __m256 zero = _mm256_setzero_ps();
     const int was = _mm256_movemask_ps(_mm256_cmp_ps(v, zero, _CMP_NEQ_UQ));
@@ -54,8 +54,8 @@ __attribute__((target("avx2"))) static inline void count8(__m256 v, __m256 r, ro
     c->flushed += (unsigned)__builtin_popcount((unsigned)(was & now));
 }
 
-__attribute__((target("avx2,f16c"))) static void round_f16_avx2(float *x, size_t n,
-                                                                round_counts *c)
+__attribute__((target("avx,f16c"))) static void round_f16_f16c(float *x, size_t n,
+                                                               round_counts *c)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -110,35 +110,35 @@ static void round_portable(amp_dtype dtype, float *x, size_t n, round_counts *c)
     if (c) c->nonzero += k.nonzero, c->flushed += k.flushed;
 }
 
-static void round_part(amp_cpu_isa isa, amp_dtype dtype, float *x, size_t n, round_counts *c)
+/* The variant that rounds dtype at isa: AMP_ISA_AVX (F16C, float16),
+ * AMP_ISA_AVX2 (bfloat16) or AMP_ISA_SSE2 (portable). */
+static amp_cpu_isa path(amp_cpu_isa isa, amp_dtype dtype)
 {
 #ifdef AMP_ROUND_AVX2
-    if (isa >= AMP_ISA_AVX2) {
-        if (dtype == AMP_DTYPE_BFLOAT16) round_bf16_avx2(x, n, c);
-        else round_f16_avx2(x, n, c);
-        return;
-    }
-#endif
-    (void)isa;
-    round_portable(dtype, x, n, c);
-}
-
-/* The path round_part takes at isa. */
-static amp_cpu_isa path(amp_cpu_isa isa)
-{
-#ifdef AMP_ROUND_AVX2
-    return isa >= AMP_ISA_AVX2 ? AMP_ISA_AVX2 : AMP_ISA_SSE2;
+    if (dtype == AMP_DTYPE_BFLOAT16) return isa >= AMP_ISA_AVX2 ? AMP_ISA_AVX2 : AMP_ISA_SSE2;
+    return isa >= AMP_ISA_AVX ? AMP_ISA_AVX : AMP_ISA_SSE2;
 #else
-    (void)isa;
+    (void)isa, (void)dtype;
     return AMP_ISA_SSE2;
 #endif
+}
+
+static void round_part(amp_cpu_isa isa, amp_dtype dtype, float *x, size_t n, round_counts *c)
+{
+    switch (path(isa, dtype)) {
+#ifdef AMP_ROUND_AVX2
+    case AMP_ISA_AVX2: round_bf16_avx2(x, n, c); return;
+    case AMP_ISA_AVX: round_f16_f16c(x, n, c); return;
+#endif
+    default: round_portable(dtype, x, n, c);
+    }
 }
 
 amp_cpu_isa amp_cpu_round_half_at(amp_cpu_isa isa, amp_dtype dtype, float *x, size_t n,
                                   unsigned long long *nonzero, unsigned long long *flushed)
 {
     if (isa > amp_cpu_isa_detected()) isa = amp_cpu_isa_detected();
-    if (dtype != AMP_DTYPE_FLOAT16 && dtype != AMP_DTYPE_BFLOAT16) return path(isa);
+    if (dtype != AMP_DTYPE_FLOAT16 && dtype != AMP_DTYPE_BFLOAT16) return path(isa, dtype);
     round_counts total = {0, 0};
     if (n < ROUND_PARALLEL_MIN) {
         round_part(isa, dtype, x, n, nonzero ? &total : NULL);
@@ -158,7 +158,7 @@ amp_cpu_isa amp_cpu_round_half_at(amp_cpu_isa isa, amp_dtype dtype, float *x, si
         total.flushed = fl;
     }
     if (nonzero) *nonzero += total.nonzero, *flushed += total.flushed;
-    return path(isa);
+    return path(isa, dtype);
 }
 
 void amp_cpu_round_half(amp_dtype dtype, float *x, size_t n, unsigned long long *nonzero,

@@ -250,7 +250,7 @@ static const tail_kernels *kernels(void)
     switch (amp_cpu_isa_used()) {
     case AMP_ISA_AVX512: return &tail_avx512;
     case AMP_ISA_AVX2: return &tail_avx2;
-    default: break;
+    default: break; /* AVX without AVX2 too: no variant of its own */
     }
 #endif
     return &tail_sse2;

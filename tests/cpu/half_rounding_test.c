@@ -234,6 +234,8 @@ static int compare(const char *cfg, unsigned unrounded)
     const int f32k = on_float32_kernels(dnn, &through);
     if (!through) {
         printf("SKIP: no layer runs %s through oneDNN here\n", amp_dtype_name(dtype));
+        free_network(emu);
+        free_network(dnn);
         return 77;
     }
     if (!quiet) {

@@ -35,6 +35,17 @@ typedef struct amp_scale_state {
     unsigned long long steps, skips;
 } amp_scale_state;
 
+/* Every field of a and b equal. Not memcmp: the struct has padding (after
+ * scale and after hysteresis_left) that assignment and amp_scale_state_init
+ * leave undefined. */
+AMP_HD static inline int amp_scale_state_same(const amp_scale_state *a, const amp_scale_state *b)
+{
+    return a->scale == b->scale && a->growth_tracker == b->growth_tracker &&
+           a->hysteresis_left == b->hysteresis_left &&
+           a->consecutive_skips == b->consecutive_skips && a->steps == b->steps &&
+           a->skips == b->skips;
+}
+
 /* x is finite: not inf, not NaN (inf - inf and NaN - NaN are NaN). Needs no
  * math.h, so host and device compile the same expression; like isfinite() it
  * must not be built with -ffinite-math-only (the plugin never is). */

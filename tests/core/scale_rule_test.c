@@ -60,11 +60,11 @@ static void loss_trace(void)
         const int skipped = amp_step_decide(&s, &p, found ? 3u : 0u, loss ? 9u : 0u, 1);
         if (loss) {
             ++nloss;
-            kept += !memcmp(&before, &s, sizeof s);
+            kept += amp_scale_state_same(&before, &s);
             bad |= skipped != 1;
         } else {
             amp_scale_update(&ref, &p, found);
-            bad |= skipped != found || memcmp(&ref, &s, sizeof s) != 0;
+            bad |= skipped != found || !amp_scale_state_same(&ref, &s);
         }
         printf(" %g", s.scale);
     }

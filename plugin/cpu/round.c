@@ -12,9 +12,9 @@
  * unit.round holds every variant against half.h over 2^26 patterns.
  *
  * The oneDNN half paths on float32 kernels (onednn.c) round every operand
- * and result through here. Per element, one thread (unit.round prints its
- * own figures): float16 3.3 ns in half.h's portable code, about 0.2 with
- * F16C; bfloat16 see docs/design.md.
+ * and result through here. Per element, one thread, counting flushes (an
+ * AMD EPYC with AVX2; unit.round prints its own figures): float16 10 ns in
+ * portable code, 0.45 with F16C; bfloat16 3.0 portable, 0.43 with AVX2.
  */
 #include "cpu.h"
 #include "half.h"

@@ -22,7 +22,7 @@
 #ifdef __x86_64__
 #if defined(__GNUC__)
 #include <immintrin.h>
-#define AMP_ROUND_AVX2 1
+#define AMP_ROUND_X86 1
 #endif
 #endif
 
@@ -42,7 +42,7 @@ static inline void round_one(amp_dtype dtype, float *x, round_counts *c)
     c->flushed += v != 0.0f && *x == 0.0f;
 }
 
-#ifdef AMP_ROUND_AVX2
+#ifdef AMP_ROUND_X86
 /* Adds to c the lanes of v that were not zero (NaN included), and of them
  * those that r, their rounding, made zero. */
 __attribute__((target("avx"))) static inline void count8(__m256 v, __m256 r, round_counts *c)
@@ -107,14 +107,14 @@ static void round_portable(amp_dtype dtype, float *x, size_t n, round_counts *c)
         for (size_t i = 0; i < n; ++i) round_one(AMP_DTYPE_BFLOAT16, x + i, &k);
     else
         for (size_t i = 0; i < n; ++i) round_one(AMP_DTYPE_FLOAT16, x + i, &k);
-    if (c) c->nonzero += k.nonzero, c->flushed += k.flushed;
+    c->nonzero += k.nonzero, c->flushed += k.flushed;
 }
 
 /* The variant that rounds dtype at isa: AMP_ISA_AVX (F16C, float16),
  * AMP_ISA_AVX2 (bfloat16) or AMP_ISA_SSE2 (portable). */
 static amp_cpu_isa path(amp_cpu_isa isa, amp_dtype dtype)
 {
-#ifdef AMP_ROUND_AVX2
+#ifdef AMP_ROUND_X86
     if (dtype == AMP_DTYPE_BFLOAT16) return isa >= AMP_ISA_AVX2 ? AMP_ISA_AVX2 : AMP_ISA_SSE2;
     return isa >= AMP_ISA_AVX ? AMP_ISA_AVX : AMP_ISA_SSE2;
 #else
@@ -126,7 +126,7 @@ static amp_cpu_isa path(amp_cpu_isa isa, amp_dtype dtype)
 static void round_part(amp_cpu_isa isa, amp_dtype dtype, float *x, size_t n, round_counts *c)
 {
     switch (path(isa, dtype)) {
-#ifdef AMP_ROUND_AVX2
+#ifdef AMP_ROUND_X86
     case AMP_ISA_AVX2: round_bf16_avx2(x, n, c); return;
     case AMP_ISA_AVX: round_f16_f16c(x, n, c); return;
 #endif

@@ -304,17 +304,14 @@ static amp_status half_path(amp_layer *al, layer *l, amp_gpu_half_ctx *ctx, char
     if (l->type == CONVOLUTIONAL) {
         al->forward = amp_cudnn_conv_forward;
         al->backward = amp_cudnn_conv_backward;
-        al->impl = AMP_IMPL_CUDNN;
         al->label = "cuDNN";
     } else if (l->type == CONNECTED) {
         al->forward = amp_cublas_connected_forward;
         al->backward = amp_cublas_connected_backward;
-        al->impl = AMP_IMPL_CUBLAS;
         al->label = "cuBLAS";
     } else {
         al->forward = amp_cublas_deconv_forward;
         al->backward = amp_cublas_deconv_backward;
-        al->impl = AMP_IMPL_CUBLAS;
         al->label = "cuBLAS";
     }
     return AMP_OK;

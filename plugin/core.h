@@ -68,16 +68,6 @@ typedef enum amp_precision {
     AMP_PRECISION_COUNT
 } amp_precision;
 
-/* What runs a half layer's GEMM/convolution (the start-up table's names). */
-typedef enum amp_impl {
-    AMP_IMPL_DARKNET,  /* darknet's own float32 code */
-    AMP_IMPL_EMULATED, /* cpu/half.c: darknet's GEMM on half-rounded values */
-    AMP_IMPL_ONEDNN,   /* cpu/onednn.c: oneDNN primitives in the half dtype */
-    AMP_IMPL_CUDNN,    /* cuda/half_conv.c: cuDNN with half tensors */
-    AMP_IMPL_CUBLAS,   /* cuda/half_gemm.c: cublasGemmEx with half inputs */
-    AMP_IMPL_COUNT
-} amp_impl;
-
 typedef void (*amp_layer_fn)(struct layer, struct network);
 typedef void (*amp_update_fn)(struct layer, update_args);
 
@@ -106,9 +96,10 @@ typedef struct amp_layer {
     int index;
     int half_allowed;   /* 0 when the cfg section says amp=0 */
     amp_precision precision;
-    amp_impl impl;
-    const char *label;  /* a half layer: what runs it, in the backend's words
-                           ("cuDNN"), which the start-up table prints */
+    const char *label;  /* a half layer: what runs it, in its backend's words
+                           ("im2col + matmul", "cuDNN"), which the start-up
+                           table and DARKNET_AMP_PROFILE print; the backend
+                           may change it when a layer changes shape */
     int wrapped;        /* its slots were changed: detach puts them back */
     /* darknet's own pointers (from the backend's slots), put back by detach */
     amp_layer_fn orig_forward, orig_backward;

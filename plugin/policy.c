@@ -68,6 +68,12 @@ static int is_kind(const amp_net *an, int k, int p, const char *name)
 void amp_policy_print(const amp_net *an, FILE *out)
 {
     const int n = an->net->n;
+    int width = 28; /* the names' column: the longest name's width */
+    for (int i = 0; i < n; ++i) {
+        char buf[96];
+        const int len = (int)strlen(kind_name(&an->layers[i], an->scaler->opt.dtype, buf, sizeof buf));
+        if (len > width) width = len;
+    }
     for (int p = 0; p < AMP_PRECISION_COUNT; ++p)
         for (int first = 0; first < n; ++first) {
             char buf[96];
@@ -89,6 +95,6 @@ void amp_policy_print(const amp_net *an, FILE *out)
                 count += j - i + 1;
                 i = j;
             }
-            fprintf(out, "amp:   %-28s %3d layers: %s\n", name, count, line);
+            fprintf(out, "amp:   %-*s %3d layers: %s\n", width, name, count, line);
         }
 }

@@ -110,10 +110,11 @@ void amp_profile_print(const amp_net *an, FILE *out)
         if (!p->calls) continue;
         const layer *l = &an->net->layers[i];
         fprintf(out,
-                "amp: profile: layer %3d %-5s %4d x%4d x%4d -> %4d: forward %8.3f s, backward "
-                "%8.3f s, GEMM %8.3f s, %7.1f GFLOP/s\n",
-                i, an->layers[i].impl == AMP_IMPL_ONEDNN ? "dnnl" : "emul", l->w, l->h, l->c,
-                l->out_c, p->fwd_s, p->bwd_s, p->gemm_s, p->gemm_s > 0 ? p->gflop / p->gemm_s : 0);
+                "amp: profile: layer %3d %4d x%4d x%4d -> %4d: forward %8.3f s, backward "
+                "%8.3f s, GEMM %8.3f s, %7.1f GFLOP/s, %s\n",
+                i, l->w, l->h, l->c, l->out_c, p->fwd_s, p->bwd_s, p->gemm_s,
+                p->gemm_s > 0 ? p->gflop / p->gemm_s : 0,
+                an->layers[i].label ? an->layers[i].label : "unnamed");
         sum.fwd_s += p->fwd_s;
         sum.bwd_s += p->bwd_s;
         sum.gemm_s += p->gemm_s;

@@ -186,7 +186,6 @@ amp_status amp_subs_install(amp_layer *al, layer *l, amp_slots (*slots)(layer *)
         sa->sub->hook_data = sa;
         sa->wrapped = 1;
     }
-    al->impl = al->subs[0].impl;
     al->label = al->subs[0].label;
     return AMP_OK;
 }

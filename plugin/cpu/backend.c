@@ -48,6 +48,13 @@ amp_status amp_conv_form_parse(const char *value, amp_conv_form *out, char *err,
     return AMP_OK;
 }
 
+amp_cpu_runner amp_cpu_layer_runner(const amp_layer *al)
+{
+    if (!al || !al->owner || al->owner->ops != &amp_cpu_backend) return AMP_CPU_RUNS_DARKNET;
+    if (al->nsubs) return amp_cpu_layer_runner(&al->subs[0]);
+    return al->bk ? cpu_layer_of(al)->runner : AMP_CPU_RUNS_DARKNET;
+}
+
 static amp_slots slots(layer *l)
 {
     return (amp_slots){&l->forward, &l->backward, &l->update};
@@ -326,8 +333,8 @@ static void describe(const amp_net *an, FILE *out)
     int onednn = 0, emulated = 0;
     for (int i = 0; i < an->net->n; ++i)
         if (an->layers[i].precision == AMP_PRECISION_HALF) {
-            onednn += an->layers[i].impl == AMP_IMPL_ONEDNN;
-            emulated += an->layers[i].impl == AMP_IMPL_EMULATED;
+            onednn += amp_cpu_layer_runner(&an->layers[i]) == AMP_CPU_RUNS_ONEDNN;
+            emulated += amp_cpu_layer_runner(&an->layers[i]) == AMP_CPU_RUNS_EMULATED;
         }
     if (dtype == AMP_DTYPE_BFLOAT16 && !native && onednn)
         fprintf(out, "amp: note: this CPU has neither AVX512-BF16 nor AMX (oneDNN sees %s): "
@@ -351,7 +358,7 @@ static void describe(const amp_net *an, FILE *out)
     for (int i = 0; i < an->net->n; ++i) {
         const amp_layer *al = &an->layers[i];
         double td, tm;
-        if (al->precision != AMP_PRECISION_HALF || al->impl != AMP_IMPL_ONEDNN ||
+        if (al->precision != AMP_PRECISION_HALF || amp_cpu_layer_runner(al) != AMP_CPU_RUNS_ONEDNN ||
             an->net->layers[i].type != CONVOLUTIONAL)
             continue;
         const int mm = amp_onednn_form(cpu_layer_of(al), &td, &tm);

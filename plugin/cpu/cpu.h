@@ -92,7 +92,15 @@ typedef struct cpu_net {
                                   1 << amp_round_point), to show they are caught */
 } cpu_net;
 
+/* What runs a layer's GEMM/convolution here (the tests and describe() ask). */
+typedef enum amp_cpu_runner {
+    AMP_CPU_RUNS_DARKNET,  /* darknet's own float32 code */
+    AMP_CPU_RUNS_EMULATED, /* half.c: darknet's GEMM on half-rounded values */
+    AMP_CPU_RUNS_ONEDNN    /* onednn.c: oneDNN primitives, half or float32 kernels */
+} amp_cpu_runner;
+
 typedef struct cpu_layer {
+    amp_cpu_runner runner;
     amp_buffer wq, xq, dq, tmp, gx; /* half weights, input, gradient; scratch */
     unsigned long wq_version;       /* the weights_version wq was made from */
     struct amp_dnnl_conv *dnnl;     /* oneDNN primitives and buffers (any of the three kinds) */
@@ -110,6 +118,9 @@ static inline cpu_layer *cpu_layer_of(const amp_layer *al)
 
 /* backend.c */
 extern const amp_backend_ops amp_cpu_backend;
+/* What runs al's GEMM/convolution: a recurrent layer's, its first
+ * sub-layer's; AMP_CPU_RUNS_DARKNET for a layer of another backend. */
+amp_cpu_runner amp_cpu_layer_runner(const amp_layer *al);
 /* Parses DARKNET_AMP_CPU; AMP_ERR_INVALID with a message on a bad value. */
 amp_status amp_cpu_path_parse(const char *value, amp_cpu_path *out, char *err, size_t errlen);
 /* Parses DARKNET_AMP_CONV, the same way. */

@@ -401,7 +401,7 @@ amp_status amp_emulation_install(amp_layer *al, layer *l, char *why, size_t whyl
         AMP_RETURN_ERROR(AMP_ERR_INVALID, why, whylen, "no half path for [%s]",
                          get_layer_string(l->type));
     }
-    al->impl = AMP_IMPL_EMULATED;
+    cpu_layer_of(al)->runner = AMP_CPU_RUNS_EMULATED;
     al->label = "emulated";
     return AMP_OK;
 }

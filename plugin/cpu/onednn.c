@@ -116,6 +116,7 @@ typedef struct amp_dnnl_conv {
     int onednn_forward; /* the last forward ran here, not in the fallback */
     int warned;         /* a forward fell back after a failed primitive: said once */
     char impl[3][48];   /* fwd, bwd-data, bwd-weights implementation names */
+    char label[64];     /* amp_layer.label: the form, and float32 kernels where rounded */
 } amp_dnnl_conv;
 
 /* A oneDNN call's status as the plugin's (error.h): AMP_ERR_DEVICE with the
@@ -960,6 +961,20 @@ static amp_status layer_build(amp_layer *al, amp_dnnl_conv *d, const layer *l, c
     return choose(al, d, l, st, why, whylen);
 }
 
+/* The layer's label for what was built: the form ("im2col + matmul") and,
+ * for half numerics on float32 kernels, so. A convolution may change form
+ * with its shape (random=1), and its label with it. */
+static void relabel(amp_layer *al, amp_dnnl_conv *d, const layer *l)
+{
+    const char *form = d->matmul                        ? "im2col + matmul"
+                       : l->type == CONVOLUTIONAL       ? "oneDNN convolution"
+                       : l->type == DECONVOLUTIONAL     ? "oneDNN deconvolution"
+                                                        : "oneDNN inner product";
+    snprintf(d->label, sizeof d->label, "%s%s", form,
+             d->rounded != AMP_DTYPE_FLOAT32 ? " on float32 kernels" : "");
+    al->label = d->label;
+}
+
 static amp_status ensure_shape(amp_layer *al, const layer *l)
 {
     amp_dnnl_conv *d = cpu_layer_of(al)->dnnl;
@@ -967,6 +982,7 @@ static amp_status ensure_shape(amp_layer *al, const layer *l)
     char why[AMP_MSG_LEN];
     conv_release(d);
     amp_status st = layer_build(al, d, l, why, sizeof why);
+    if (st == AMP_OK) relabel(al, d, l);
     if (st != AMP_OK)
         fprintf(stderr, "amp: layer %d: oneDNN cannot run %dx%dx%d: %s; emulated\n", al->index,
                 l->w, l->h, l->c, why);
@@ -1077,10 +1093,8 @@ amp_status amp_onednn_install(amp_layer *al, layer *l, amp_dtype dtype, char *wh
     cpu_layer_of(al)->dnnl = d;
     al->forward = layer_forward;
     al->backward = layer_backward;
-    al->impl = AMP_IMPL_ONEDNN;
-    al->label = d->rounded == AMP_DTYPE_FLOAT16    ? "oneDNN float32 kernels, float16 operands"
-                : d->rounded == AMP_DTYPE_BFLOAT16 ? "oneDNN float32 kernels, bfloat16 operands"
-                                                   : "oneDNN";
+    cpu_layer_of(al)->runner = AMP_CPU_RUNS_ONEDNN;
+    relabel(al, d, l);
     return AMP_OK;
 }
 

@@ -36,7 +36,7 @@ warned() { grep -c 'note: this CPU has neither AVX512-BF16 nor AMX' "$out/$1.err
 
 if grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo && [ -z "${DNNL_MAX_CPU_ISA:-}" ]; then
     run native "$out/bf16.cfg"
-    [ "$(table native)" != "" ] && table native | grep -q 'oneDNN' && ! table native | grep -q emulated \
+    [ "$(table native)" != "" ] && table native | grep -Eq 'oneDNN|im2col' && ! table native | grep -Eq 'emulated|float32 kernels' \
         && ok "bfloat16 on this CPU: $(table native)" || bad "bfloat16 not through oneDNN: $(table native)"
     [ "$(warned native)" = 0 ] && ok "no warning where the CPU has bfloat16" \
         || bad "warned on a CPU with bfloat16"
@@ -47,12 +47,12 @@ fi
 run avx2 "$out/bf16.cfg" DNNL_MAX_CPU_ISA=AVX2
 [ "$(warned avx2)" = 1 ] && ok "oneDNN limited to AVX2: one note: $(grep 'note:' "$out/avx2.err" | head -1)" \
     || bad "expected one note with DNNL_MAX_CPU_ISA=AVX2, got $(warned avx2)"
-table avx2 | grep -q 'bfloat16 (oneDNN float32 kernels, bfloat16 operands)' && ! table avx2 | grep -q emulated \
+table avx2 | grep -Eq 'bfloat16 \((oneDNN convolution|im2col \+ matmul) on float32 kernels\)' && ! table avx2 | grep -q emulated \
     && ok "... and oneDNN's float32 kernels on bfloat16 operands: $(table avx2)" \
     || bad "with AVX2 only: $(table avx2)"
 
 run emulate "$out/bf16.cfg" DARKNET_AMP_CPU=emulate
-table emulate | grep -q emulated && ! table emulate | grep -q oneDNN \
+table emulate | grep -q emulated && ! table emulate | grep -Eq 'oneDNN|im2col' \
     && ok "DARKNET_AMP_CPU=emulate: $(table emulate)" || bad "DARKNET_AMP_CPU=emulate: $(table emulate)"
 grep -q 'warning: the half layers are emulated in software (DARKNET_AMP_CPU=emulate)' "$out/emulate.err" \
     && ok "... with a warning: $(grep -m1 'warning:' "$out/emulate.err")" \
@@ -73,10 +73,10 @@ run bogus "$out/bf16.cfg" DARKNET_AMP_CPU=fast
     || bad "DARKNET_AMP_CPU=fast not refused (exit $(cat "$out/bogus.rc")): $(tail -n 2 "$out/bogus.err")"
 
 run fp16 "$out/fp16.cfg"
-table fp16 | grep -q 'float16 (oneDNN float32 kernels, float16 operands)' && ! table fp16 | grep -q emulated \
+table fp16 | grep -Eq 'float16 \((oneDNN convolution|im2col \+ matmul) on float32 kernels\)' && ! table fp16 | grep -q emulated \
     && ok "float16 by default: $(table fp16)" || bad "float16 by default: $(table fp16)"
 run fp16emu "$out/fp16.cfg" DARKNET_AMP_CPU=emulate
-table fp16emu | grep -q 'float16 (emulated)' && ! table fp16emu | grep -q oneDNN \
+table fp16emu | grep -q 'float16 (emulated)' && ! table fp16emu | grep -Eq 'oneDNN|im2col' \
     && ok "float16 with DARKNET_AMP_CPU=emulate: $(table fp16emu)" \
     || bad "float16 with DARKNET_AMP_CPU=emulate: $(table fp16emu)"
 

@@ -84,7 +84,7 @@ int main(int argc, char **argv)
     network *dnn = test_half_static(argv[1], AMP_DTYPE_FLOAT16, "auto");
     int through = 0;
     for (int i = 0; i < dnn->n; ++i)
-        through += amp_net_of(dnn)->layers[i].impl == AMP_IMPL_ONEDNN;
+        through += amp_cpu_layer_runner(&amp_net_of(dnn)->layers[i]) == AMP_CPU_RUNS_ONEDNN;
     if (!through) {
         printf("SKIP: no layer runs float16 through oneDNN here\n");
         return 77;

@@ -216,7 +216,7 @@ static int on_float32_kernels(const network *net, int *through)
     *through = 0;
     for (int i = 0; i < net->n; ++i) {
         const amp_layer *al = &amp_net_of(net)->layers[i];
-        if (al->impl != AMP_IMPL_ONEDNN) continue;
+        if (amp_cpu_layer_runner(al) != AMP_CPU_RUNS_ONEDNN) continue;
         ++*through;
         n += al->label && strstr(al->label, "float32 kernels") != NULL;
     }

@@ -325,14 +325,29 @@ static void change_weights(network *net)
     if (an) an->weights_version++; /* as the weights_loaded hook does */
 }
 
-static int count_impl(network *net, amp_impl b)
+/* Half layers the CPU backend runs with r. */
+static int count_runner(network *net, amp_cpu_runner r)
 {
     amp_net *an = amp_net_of(net);
     int n = 0;
     for (int i = 0; an && i < net->n; ++i)
-        n += an->layers[i].precision == AMP_PRECISION_HALF && an->layers[i].impl == b;
+        n += an->layers[i].precision == AMP_PRECISION_HALF &&
+             amp_cpu_layer_runner(&an->layers[i]) == r;
     return n;
 }
+
+#ifdef GPU
+/* Half layers whose backend says label runs them ("cuDNN"). */
+static int count_label(network *net, const char *label)
+{
+    amp_net *an = amp_net_of(net);
+    int n = 0;
+    for (int i = 0; an && i < net->n; ++i)
+        n += an->layers[i].precision == AMP_PRECISION_HALF && an->layers[i].label &&
+             !strcmp(an->layers[i].label, label);
+    return n;
+}
+#endif
 
 /* Layers of the given types. */
 static int count_types(network *net, const LAYER_TYPE *types, int ntypes)
@@ -384,11 +399,11 @@ static void cpu_half(const char *cfg, const char *path, int resize)
         const LAYER_TYPE half[] = {CONVOLUTIONAL, DECONVOLUTIONAL, CONNECTED,
                                    RNN,           GRU,             LSTM, CRNN};
         int want = count_types(nets[1], half, 7);
-        int have = count_impl(nets[1], AMP_IMPL_EMULATED) + count_impl(nets[1], AMP_IMPL_ONEDNN);
+        int have = count_runner(nets[1], AMP_CPU_RUNS_EMULATED) + count_runner(nets[1], AMP_CPU_RUNS_ONEDNN);
         CHECK(have == want,
               "%s: %d of %d convolutional, deconvolutional, connected and recurrent layers in "
               "half on the CPU (%d through oneDNN)", amp_dtype_name(dt), have, want,
-              count_impl(nets[1], AMP_IMPL_ONEDNN));
+              count_runner(nets[1], AMP_CPU_RUNS_ONEDNN));
         passes(nets, 2, (int[]){0}, (int[]){1}, &bd, 1, resize);
         free_nets(nets, 2);
     }
@@ -418,11 +433,11 @@ static int onednn(const char *cfg, int expect, int resize)
     };
     for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; ++k) {
         network *nets[2] = {build(cfg, &pairs[k].ref), build(cfg, &pairs[k].got)};
-        int dnnl = count_impl(nets[1], AMP_IMPL_ONEDNN);
+        int dnnl = count_runner(nets[1], AMP_CPU_RUNS_ONEDNN);
         CHECK(dnnl == expect, "%s: %d layers run through oneDNN (expected %d)",
               pairs[k].bd.name, dnnl, expect);
         if (pairs[k].ref.amp)
-            CHECK(count_impl(nets[0], AMP_IMPL_ONEDNN) == 0, "%s: the reference runs none "
+            CHECK(count_runner(nets[0], AMP_CPU_RUNS_ONEDNN) == 0, "%s: the reference runs none "
                   "through oneDNN", pairs[k].bd.name);
         passes(nets, 2, (int[]){0}, (int[]){1}, &pairs[k].bd, 1, resize);
         CHECK(onednn_fallbacks(nets[1]) == 0, "%s: no oneDNN layer ran in the emulation instead "
@@ -477,12 +492,12 @@ static int gpu(const char *cfg, int cpu_reference, int resize)
         const LAYER_TYPE cudnn[] = {CONVOLUTIONAL, CRNN};
         const LAYER_TYPE cublas[] = {CONNECTED, DECONVOLUTIONAL, RNN, GRU, LSTM};
         int convs = count_types(nets[1], cudnn, 2), gemms = count_types(nets[1], cublas, 5);
-        CHECK(count_impl(nets[1], AMP_IMPL_CUDNN) == convs,
+        CHECK(count_label(nets[1], "cuDNN") == convs,
               "%s: %d of %d convolutional layers through cuDNN", amp_dtype_name(dt),
-              count_impl(nets[1], AMP_IMPL_CUDNN), convs);
-        CHECK(count_impl(nets[1], AMP_IMPL_CUBLAS) == gemms,
+              count_label(nets[1], "cuDNN"), convs);
+        CHECK(count_label(nets[1], "cuBLAS") == gemms,
               "%s: %d of %d connected, deconvolutional and recurrent layers through cuBLAS",
-              amp_dtype_name(dt), count_impl(nets[1], AMP_IMPL_CUBLAS), gemms);
+              amp_dtype_name(dt), count_label(nets[1], "cuBLAS"), gemms);
         passes(nets, count, (int[]){0, 2}, (int[]){1, 1}, bd, count - 1, resize);
         amp_net *an = amp_net_of(nets[1]);
         CHECK(an && !an->error[0], "%s: no device error (%s)", amp_dtype_name(dt),

@@ -53,7 +53,8 @@ static int count_onednn(network *net)
     const amp_net *an = amp_net_of(net);
     int n = 0;
     for (int i = 0; i < net->n; ++i)
-        n += an->layers[i].precision == AMP_PRECISION_HALF && an->layers[i].impl == AMP_IMPL_ONEDNN;
+        n += an->layers[i].precision == AMP_PRECISION_HALF &&
+             amp_cpu_layer_runner(&an->layers[i]) == AMP_CPU_RUNS_ONEDNN;
     return n;
 }
 

@@ -42,6 +42,7 @@
 #include "darknet.h"
 #ifdef DARKNET_AMP
 #include "core.h" /* per-layer precision: which layers fell back to float32 */
+#include "cpu.h"  /* amp_cpu_layer_runner: which of them run oneDNN */
 #include "network.h"      /* get_layer_string */
 #endif
 
@@ -430,7 +431,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < net->n; ++i) {
             half += an->layers[i].precision == AMP_PRECISION_HALF;
             onednn += an->layers[i].precision == AMP_PRECISION_HALF &&
-                      an->layers[i].impl == AMP_IMPL_ONEDNN;
+                      amp_cpu_layer_runner(&an->layers[i]) == AMP_CPU_RUNS_ONEDNN;
             if (an->layers[i].precision != AMP_PRECISION_FALLBACK) continue;
             int seen = 0, count = 0;
             for (int j = 0; j < net->n; ++j) {

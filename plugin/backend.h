@@ -98,6 +98,10 @@ struct amp_backend_ops {
     /* Sets element i of a cost layer's delta, after its forward and before
      * scale_loss (DARKNET_AMP_INJECT's LAYER:delta). */
     void (*poke_delta)(amp_net *an, const layer *l, size_t i, float value);
+    /* Optional: of this batch's nonzero gradient elements entering half
+     * layers, the fraction that rounding to the half type flushed to zero
+     * (amp_network_flushed); without it, 0. */
+    double (*flushed)(const amp_net *an);
     /* Optional: start-up warnings (a CPU without bfloat16 instructions). */
     void (*describe)(const amp_net *an, FILE *out);
 };

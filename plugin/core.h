@@ -137,8 +137,6 @@ typedef struct amp_injection {
 
 /* DARKNET_AMP_*: the environment, read once per attach (options.c). */
 typedef struct amp_env {
-    const char *cpu;        /* DARKNET_AMP_CPU: auto, onednn or emulate (cpu/ parses it) */
-    const char *conv;       /* DARKNET_AMP_CONV: auto, direct or matmul (cpu/ parses it) */
     const char *dist_check; /* DARKNET_AMP_DIST_CHECK: steps between consistency checks
                                (dist.c parses it) */
     int profile;            /* DARKNET_AMP_PROFILE: 1 on (2: printed already) */
@@ -162,7 +160,6 @@ struct amp_net {
     amp_phase phase;
     int first_update, last_update; /* lowest and highest index of a layer with parameters */
     unsigned long weights_version; /* moved by every update and every load */
-    unsigned long long grad_nonzero, grad_flushed; /* this batch, half layers' input gradients */
     double prof_scaling_s;       /* DARKNET_AMP_PROFILE: saving, scaling, unscaling, checking */
     float batch_scale;           /* the scale the current batch was scaled with */
     int found_inf;               /* host-decided steps: a gradient was not finite */

@@ -611,8 +611,6 @@ amp_status amp_options_parse_layer(list *layer_options, const char *cfgfile, int
 void amp_env_read(amp_env *env)
 {
     const char *prof = getenv("DARKNET_AMP_PROFILE");
-    env->cpu = getenv("DARKNET_AMP_CPU");
-    env->conv = getenv("DARKNET_AMP_CONV");
     env->dist_check = getenv("DARKNET_AMP_DIST_CHECK");
     env->profile = prof && *prof && strcmp(prof, "0") != 0;
     env->inject = getenv("DARKNET_AMP_INJECT");

@@ -48,7 +48,6 @@ void amp_net_sync(amp_net *an, int wait)
 static void begin_batch(amp_net *an)
 {
     double t0 = an->env.profile ? amp_clock() : 0;
-    an->grad_nonzero = an->grad_flushed = 0;
     an->loss_bad = 0;
     an->loss_element = -1;
     an->loss_where[0] = 0;
@@ -339,7 +338,7 @@ double amp_network_flushed(const network *net)
 {
     amp_net *an = amp_net_of(net);
     if (!an) return -1;
-    return an->grad_nonzero ? (double)an->grad_flushed / (double)an->grad_nonzero : 0.0;
+    return an->ops && an->ops->flushed ? an->ops->flushed(an) : 0.0;
 }
 
 int amp_step_skipped(const amp_scaler *s, const network *net)

@@ -14,40 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* value (unset and "" mean names[0]) as its index in names, or a message
- * naming the variable and the values it takes. */
-static amp_status parse_choice(const char *var, const char *value, const char *const names[3],
-                               int *out, char *err, size_t errlen)
-{
-    if (!value || !*value) value = names[0];
-    for (int i = 0; i < 3; ++i)
-        if (!strcmp(value, names[i])) {
-            *out = i;
-            return AMP_OK;
-        }
-    char shown[256]; /* any bytes, any length: escaped and cut */
-    AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen, "%s=%s: expected %s, %s or %s", var,
-                     amp_show(shown, sizeof shown, value, 64), names[0], names[1], names[2]);
-}
-
-amp_status amp_cpu_path_parse(const char *value, amp_cpu_path *out, char *err, size_t errlen)
-{
-    static const char *const names[3] = {"auto", "onednn", "emulate"}; /* amp_cpu_path's order */
-    int i = 0;
-    AMP_FORWARD_IF_ERROR(parse_choice("DARKNET_AMP_CPU", value, names, &i, err, errlen));
-    *out = (amp_cpu_path)i;
-    return AMP_OK;
-}
-
-amp_status amp_conv_form_parse(const char *value, amp_conv_form *out, char *err, size_t errlen)
-{
-    static const char *const names[3] = {"auto", "direct", "matmul"}; /* amp_conv_form's order */
-    int i = 0;
-    AMP_FORWARD_IF_ERROR(parse_choice("DARKNET_AMP_CONV", value, names, &i, err, errlen));
-    *out = (amp_conv_form)i;
-    return AMP_OK;
-}
-
 amp_cpu_runner amp_cpu_layer_runner(const amp_layer *al)
 {
     if (!al || !al->owner || al->owner->ops != &amp_cpu_backend) return AMP_CPU_RUNS_DARKNET;
@@ -66,11 +32,7 @@ static amp_status net_init(amp_net *an, char *err, size_t errlen)
     AMP_RETURN_ERROR_IF(!cn, AMP_ERR_NOMEM, err, errlen, "amp: out of memory attaching to %s",
                         an->cfgfile);
     an->bk = cn;
-    AMP_FORWARD_IF_ERROR(amp_cpu_path_parse(an->env.cpu, &cn->path, err, errlen));
-    AMP_FORWARD_IF_ERROR(amp_conv_form_parse(an->env.conv, &cn->conv_form, err, errlen));
-    amp_cpu_isa cap; /* isa.c reads it once for the process; refused here, with a message */
-    AMP_FORWARD_IF_ERROR(amp_cpu_isa_parse(getenv("DARKNET_AMP_MAX_CPU_ISA"), &cap, err, errlen));
-    (void)amp_cpu_isa_used(); /* decided now, before the layers' threads run */
+    AMP_FORWARD_IF_ERROR(amp_cpu_settings(cn, err, errlen));
     cn->saved = malloc((an->nparams ? an->nparams : 1) * sizeof(float));
     AMP_RETURN_ERROR_IF(!cn->saved, AMP_ERR_NOMEM, err, errlen,
                         "amp: out of memory attaching to %s", an->cfgfile);
@@ -221,7 +183,8 @@ static void save_scaled(float *saved, float *g, size_t n, float s)
 
 static void begin_batch(amp_net *an)
 {
-    const cpu_net *cn = cpu_net_of(an);
+    cpu_net *cn = cpu_net_of(an);
+    cn->grad_nonzero = cn->grad_flushed = 0;
     const float s = an->scaler->state.scale;
     an->batch_scale = s;
     for (int k = 0; k < an->ntensors; ++k) {
@@ -325,6 +288,12 @@ static void poke_delta(amp_net *an, const layer *l, size_t i, float value)
     if (l->delta) l->delta[i] = value;
 }
 
+static double flushed(const amp_net *an)
+{
+    const cpu_net *cn = cpu_net_of(an);
+    return cn->grad_nonzero ? (double)cn->grad_flushed / (double)cn->grad_nonzero : 0.0;
+}
+
 static void describe(const amp_net *an, FILE *out)
 {
     int native = 0;
@@ -389,5 +358,6 @@ const amp_backend_ops amp_cpu_backend = {
     .end_mid_batch = end_mid_batch,
     .poke = poke,
     .poke_delta = poke_delta,
+    .flushed = flushed,
     .describe = describe,
 };

@@ -88,6 +88,8 @@ typedef struct cpu_net {
     amp_bn_formula bn_formula; /* of the half layers' batch-norm */
     amp_conv_form conv_form;
     struct amp_dnnl_ctx *dnnl; /* oneDNN engine and stream, NULL until needed */
+    unsigned long long grad_nonzero, grad_flushed; /* this batch, half layers' incoming
+                                                      gradients: amp_network_flushed */
     unsigned unrounded;        /* the tests only: rounding points left out (bits
                                   1 << amp_round_point), to show they are caught */
 } cpu_net;
@@ -121,10 +123,19 @@ extern const amp_backend_ops amp_cpu_backend;
 /* What runs al's GEMM/convolution: a recurrent layer's, its first
  * sub-layer's; AMP_CPU_RUNS_DARKNET for a layer of another backend. */
 amp_cpu_runner amp_cpu_layer_runner(const amp_layer *al);
-/* Parses DARKNET_AMP_CPU; AMP_ERR_INVALID with a message on a bad value. */
+
+/* settings.c: the backend's environment, as set (NULL: unset), ... */
+typedef struct amp_cpu_env {
+    const char *cpu;  /* DARKNET_AMP_CPU: auto, onednn or emulate */
+    const char *conv; /* DARKNET_AMP_CONV: auto, direct or matmul */
+} amp_cpu_env;
+void amp_cpu_env_read(amp_cpu_env *env);
+/* ... parsed: DARKNET_AMP_CPU, and DARKNET_AMP_CONV the same way;
+ * AMP_ERR_INVALID with a message naming the variable on a bad value ... */
 amp_status amp_cpu_path_parse(const char *value, amp_cpu_path *out, char *err, size_t errlen);
-/* Parses DARKNET_AMP_CONV, the same way. */
 amp_status amp_conv_form_parse(const char *value, amp_conv_form *out, char *err, size_t errlen);
+/* ... and read, checked and set in cn at attach (DARKNET_AMP_MAX_CPU_ISA too). */
+amp_status amp_cpu_settings(cpu_net *cn, char *err, size_t errlen);
 
 /* half.c: the emulation of l's type into al (forward, backward, impl), or
  * AMP_ERR_INVALID with why when it has none. */

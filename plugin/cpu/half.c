@@ -116,8 +116,8 @@ static void count_flushed(amp_net *an, const float *before, const float *after, 
         nonzero += before[i] != 0.0f;
         flushed += before[i] != 0.0f && after[i] == 0.0f;
     }
-    an->grad_nonzero += nonzero;
-    an->grad_flushed += flushed;
+    cpu_net_of(an)->grad_nonzero += nonzero;
+    cpu_net_of(an)->grad_flushed += flushed;
 }
 
 /* Rounds a float32 gradient to half and adds it into dst. */

@@ -705,7 +705,8 @@ static void round_values(amp_layer *al, const amp_dnnl_conv *d, amp_round_point 
 {
     amp_net *an = al->owner;
     if (d->rounded == AMP_DTYPE_FLOAT32 || !p || cpu_net_of(an)->unrounded >> point & 1u) return;
-    amp_cpu_round_half(d->rounded, p, n, counts ? &an->grad_nonzero : NULL, &an->grad_flushed);
+    cpu_net *cn = cpu_net_of(an);
+    amp_cpu_round_half(d->rounded, p, n, counts ? &cn->grad_nonzero : NULL, &cn->grad_flushed);
 }
 
 /* The same for an owned buffer (a oneDNN layout, its padding included: zeros

@@ -288,7 +288,7 @@ done:
         /* the incoming gradients' flushes, as amp_network_flushed reports
          * them: counted where the plugin rounds them (float32 kernels, and
          * the emulation); float16 flushes some, bfloat16 keeps float32's range */
-        const amp_net *ae = amp_net_of(emu), *ad = amp_net_of(dnn);
+        const cpu_net *ae = cpu_net_of(amp_net_of(emu)), *ad = cpu_net_of(amp_net_of(dnn));
         if (f32k == dnn->n)
             CHECK(ae->grad_nonzero == ad->grad_nonzero && ae->grad_flushed == ad->grad_flushed &&
                       (dtype != AMP_DTYPE_FLOAT16 || ad->grad_flushed > 0),

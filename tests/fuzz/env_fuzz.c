@@ -1,20 +1,20 @@
 /* fuzz.env: the DARKNET_AMP_* environment variables (plugin/options.c) and
  * the two of them the CPU backend parses (DARKNET_AMP_CPU and
  * DARKNET_AMP_CONV, amp_cpu_path_parse and amp_conv_form_parse in
- * plugin/cpu/backend.c).
+ * plugin/cpu/settings.c).
  *
  * Each input sets (putenv) or unsets DARKNET_AMP_PROFILE, DARKNET_AMP_CPU,
  * DARKNET_AMP_INJECT, DARKNET_AMP_TEST_CRASH_IN_SAVE and DARKNET_AMP_CONV, each value from
  * that variable's corpus (its words, near misses, "", "0 ", "1 ", case
  * variants), then mutated (mutate.h: random and non-ASCII bytes, thousands
- * of characters). Then amp_env_read, amp_env_crash_in_save,
+ * of characters). Then amp_env_read, amp_env_crash_in_save, amp_cpu_env_read,
  * amp_cpu_path_parse and amp_conv_form_parse read them. CRASH_IN_SAVE=1 is only read here: no
  * state file is written, so nothing crashes on purpose.
  *
  * The contract (docs/cfg.md, docs/state-file.md), on every input:
  * - amp_env_read: profile is 1 exactly when DARKNET_AMP_PROFILE is set,
- *   not empty and not "0"; cpu and inject are the variables' values as set
- *   (NULL when unset);
+ *   not empty and not "0"; inject is the variable's value as set (NULL when
+ *   unset); amp_cpu_env_read: cpu and conv the same;
  * - amp_env_crash_in_save: 1 exactly when the variable is "1";
  * - amp_cpu_path_parse: unset, "" and "auto" are auto, "onednn" and
  *   "emulate" theirs; anything else AMP_ERR_INVALID with a message that
@@ -30,7 +30,7 @@
 
 #include "fuzz.h"
 #include "core.h" /* amp_env, amp_env_read, amp_env_crash_in_save */
-#include "cpu.h"  /* amp_cpu_path_parse, amp_conv_form_parse */
+#include "cpu.h"  /* amp_cpu_env_read, amp_cpu_path_parse, amp_conv_form_parse */
 
 #define DEFAULT_N 500000
 #define DEFAULT_SEED 20240612u
@@ -163,6 +163,7 @@ static void check(fz_run *run, fz_rng *r, const input *in)
 {
     const char *val[NVARS];
     amp_env env;
+    amp_cpu_env cpu_env;
     int v, profile, crash;
     /* putenv with the harness's own buffer rather than setenv: glibc's
      * setenv keeps a copy of every value it was ever given (getenv's
@@ -182,10 +183,12 @@ static void check(fz_run *run, fz_rng *r, const input *in)
     if (env.profile != profile)
         fz_violation(run, "amp_env_read: profile is not 1 exactly for a set, non-empty, non-0 "
                           "DARKNET_AMP_PROFILE", NULL);
-    if (val[CPU] ? !env.cpu || strcmp(env.cpu, val[CPU]) : env.cpu != NULL)
-        fz_violation(run, "amp_env_read: cpu is not DARKNET_AMP_CPU as set", NULL);
-    if (val[CONV] ? !env.conv || strcmp(env.conv, val[CONV]) : env.conv != NULL)
-        fz_violation(run, "amp_env_read: conv is not DARKNET_AMP_CONV as set", NULL);
+    memset(&cpu_env, 0x5a, sizeof cpu_env);
+    amp_cpu_env_read(&cpu_env);
+    if (val[CPU] ? !cpu_env.cpu || strcmp(cpu_env.cpu, val[CPU]) : cpu_env.cpu != NULL)
+        fz_violation(run, "amp_cpu_env_read: cpu is not DARKNET_AMP_CPU as set", NULL);
+    if (val[CONV] ? !cpu_env.conv || strcmp(cpu_env.conv, val[CONV]) : cpu_env.conv != NULL)
+        fz_violation(run, "amp_cpu_env_read: conv is not DARKNET_AMP_CONV as set", NULL);
     if (val[INJECT] ? !env.inject || strcmp(env.inject, val[INJECT]) : env.inject != NULL)
         fz_violation(run, "amp_env_read: inject is not DARKNET_AMP_INJECT as set", NULL);
     if (profile)
@@ -201,8 +204,8 @@ static void check(fz_run *run, fz_rng *r, const input *in)
     else
         ++crash_count->n_no;
 
-    check_choice(run, r, "DARKNET_AMP_CPU", env.cpu, cpu_names, cpu_parse, cpu_count);
-    check_choice(run, r, "DARKNET_AMP_CONV", env.conv, conv_names, conv_parse, conv_count);
+    check_choice(run, r, "DARKNET_AMP_CPU", cpu_env.cpu, cpu_names, cpu_parse, cpu_count);
+    check_choice(run, r, "DARKNET_AMP_CONV", cpu_env.conv, conv_names, conv_parse, conv_count);
 }
 
 static void counters(fz_run *run)

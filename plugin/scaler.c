@@ -170,9 +170,11 @@ amp_status amp_scaler_apply(amp_scaler *s, char *err, size_t errlen)
     s->pending = 0;
     s->pending_inf = 0;
     s->pending_loss = 0;
-    if (only_loss) return AMP_OK; /* skipped for the loss: the scale is not the cause */
-    amp_scale_update(&s->state, &s->params, found_inf);
-    return found_inf ? check_max_skips(s, err, errlen) : AMP_OK;
+    /* the rule the device runs: every step skipped for its loss leaves the
+     * scale as it is (loss_skipped checks amp_max_skips for those) */
+    const int skipped = amp_step_decide(&s->state, &s->params, (unsigned)found_inf,
+                                        (unsigned)only_loss, 1);
+    return skipped && !only_loss ? check_max_skips(s, err, errlen) : AMP_OK;
 }
 
 amp_status amp_update(amp_scaler *s, char *err, size_t errlen)

@@ -105,7 +105,10 @@ static void begin_step(amp_net *an, int inside_update)
         an->step_open = 1;
         return;
     }
-    an->skip_updates = an->found_inf || an->loss_bad;
+    /* the device's rule, with the scale's update left to amp_step_settled
+     * (a shared scaler updates once for all of its networks) */
+    an->skip_updates = amp_step_decide(&an->scaler->state, &an->scaler->params,
+                                       (unsigned)an->found_inf, (unsigned)an->loss_bad, 0);
     if (an->skip_updates) an->ops->restore(an);
     else an->weights_version += 1; /* the updates below change them */
     const amp_step_outcome o = {an->skip_updates, an->bad_tensor, an->batch_scale, an->step_index,

@@ -1,7 +1,7 @@
 /* The GPU backend's kernels, as C-callable launchers. Every launcher takes the
  * stream to run on and returns 0, or 1 with "call failed at file:line: why"
- * in err (cuda_check.h). Element math lives in plugin/half.h (conversions),
- * plugin/grad_math.h (unscale and check) and plugin/scale_rule.h (the scale
+ * in err (cuda_check.h). Element math lives in plugin/math/half_format.h (conversions),
+ * plugin/math/grad_math.h (unscale and check) and plugin/math/scale_rule.h (the scale
  * update), compiled for host and device alike, so the host tests exercise the
  * GPU's arithmetic.
  *
@@ -13,7 +13,7 @@
 #define AMP_CUDA_H
 
 #include "darknet_amp.h" /* amp_dtype */
-#include "scale_rule.h"
+#include "math/scale_rule.h"
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>
@@ -63,7 +63,7 @@ amp_status amp_mt_table_create(amp_mt_table *t, const amp_span *spans, unsigned 
                                char *err, size_t errlen);
 void amp_mt_table_free(amp_mt_table *t);
 
-/* convert.cu: element-wise with half.h's functions (bit for bit the host's). */
+/* convert.cu: element-wise with half_format.h's functions (bit for bit the host's). */
 amp_status amp_cuda_to_half(const float *x, uint16_t *h, size_t n, amp_dtype dtype,
                             cudaStream_t stream, char *err, size_t errlen);
 amp_status amp_cuda_from_half(const uint16_t *h, float *x, size_t n, amp_dtype dtype,

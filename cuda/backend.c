@@ -32,7 +32,7 @@
 #include "half_gpu.h"
 #include "cuda_check.h"
 #include "dist.h"      /* amp_comm */
-#include "grad_math.h" /* amp_inv_scale */
+#include "math/grad_math.h" /* amp_inv_scale */
 #include "network.h"   /* get_layer_string */
 
 #ifdef AMP_HAVE_NCCL

@@ -1,4 +1,4 @@
-/* float32 <-> float16/bfloat16 arrays on the device, with half.h's bit-exact
+/* float32 <-> float16/bfloat16 arrays on the device, with half_format.h's bit-exact
  * functions (the host's, tested against F16C and AVX512-BF16), not the CUDA
  * intrinsics: host emulation and GPU then agree bit for bit, NaN payloads
  * included. Grid-stride loops; the dtype is a kernel argument (data, not
@@ -6,7 +6,7 @@
  */
 #include "amp_cuda.h"
 #include "cuda_check.h"
-#include "half.h"
+#include "math/half_format.h"
 
 static __global__ void to_half_kernel(const float *x, uint16_t *h, size_t n, int bf16)
 {

@@ -1,6 +1,6 @@
 /* Convolutional layers in float16 or bfloat16 through cuDNN: half tensors
  * and filters, float32 compute type, tensor-op math; the CPU emulation's
- * rounding points (plugin/cpu/half.c), with cuDNN's float32 sums in its own
+ * rounding points (plugin/cpu/emulated.c), with cuDNN's float32 sums in its own
  * order.
  *
  * Forward: input -> half (convert kernel); half weights (per weights

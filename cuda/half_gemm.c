@@ -1,7 +1,7 @@
 /* Connected and deconvolutional layers (and the connected sub-layers of
  * rnn, gru and lstm) in float16 or bfloat16 through cublasGemmEx: half A and
  * B, float32 C, CUBLAS_COMPUTE_32F, tensor-op algorithms; the CPU
- * emulation's rounding points (plugin/cpu/half.c connected_forward/backward,
+ * emulation's rounding points (plugin/cpu/emulated.c connected_forward/backward,
  * deconv_forward/backward).
  *
  * Each GEMM writes float32 (beta = 0, or 1 where a deconvolution's weight

@@ -1,7 +1,7 @@
 /* The CUDA backend's private header: its layers. Half-precision execution of
  * convolutional (cuDNN), connected and deconvolutional (cuBLAS) layers on the
  * GPU, and of the sub-layers of recurrent ones: the CPU emulation's rounding
- * points (plugin/cpu/half.c) with the device's kernels; and the float32
+ * points (plugin/cpu/emulated.c) with the device's kernels; and the float32
  * connected layers whose gradient clip must act at the loss scale.
  *
  * State: per layer (amp_layer.bk), the half copy of its weights (refreshed

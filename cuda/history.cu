@@ -9,7 +9,7 @@
  */
 #include "amp_cuda.h"
 #include "cuda_check.h"
-#include "grad_math.h"
+#include "math/grad_math.h"
 
 static __global__ void begin_batch_kernel(const amp_span *spans, const amp_chunk *chunks,
                                           amp_gpu_state *state)

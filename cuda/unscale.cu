@@ -8,7 +8,7 @@
  */
 #include "amp_cuda.h"
 #include "cuda_check.h"
-#include "grad_math.h"
+#include "math/grad_math.h"
 
 static __global__ void unscale_check_kernel(const amp_span *spans, const amp_chunk *chunks,
                                             const float *factor, unsigned int *found)

@@ -16,7 +16,7 @@
  *   state_file.c the <weights>.amp file
  *   policy.c    which layers run in half; profile.c, inject.c: aids
  *   backends.c  the one place that knows which backends exist
- *   half.h, grad_math.h, scale_rule.h: element math shared with cuda/
+ *   half_format.h, grad_math.h, scale_rule.h: element math shared with cuda/
  */
 #ifndef AMP_CORE_H
 #define AMP_CORE_H
@@ -24,7 +24,7 @@
 #include "darknet.h"
 #include "darknet_amp.h"
 #include "error.h"
-#include "scale_rule.h"
+#include "math/scale_rule.h"
 
 #include <stddef.h>
 #include <stdio.h>

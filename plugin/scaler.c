@@ -9,7 +9,7 @@
  * update and its message, amp_max_skips).
  */
 #include "core.h"
-#include "half.h" /* amp_f32_bits */
+#include "math/half_format.h" /* amp_f32_bits */
 #include "network.h" /* get_layer_string */
 
 #include <stdio.h>

@@ -48,7 +48,7 @@
  */
 #include "state_file.h"
 #include "core.h" /* amp_errorf, amp_scale_state_invalid, amp_env_crash_in_save */
-#include "half.h" /* amp_f32_bits */
+#include "math/half_format.h" /* amp_f32_bits */
 
 #include <errno.h>
 #include <fcntl.h>

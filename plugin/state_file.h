@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 #include "darknet_amp.h" /* amp_status, amp_dtype */
-#include "scale_rule.h"  /* amp_scale_state */
+#include "math/scale_rule.h"  /* amp_scale_state */
 
 #define AMP_STATE_FORMAT_VERSION 2
 

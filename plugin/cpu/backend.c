@@ -5,7 +5,7 @@
  * else the exact emulation (docs/design.md, docs/cfg.md "DARKNET_AMP_CPU").
  */
 #include "cpu.h"
-#include "grad_math.h" /* amp_unscale_check, amp_inv_scale: shared with cuda/ */
+#include "math/grad_math.h" /* amp_unscale_check, amp_inv_scale: shared with cuda/ */
 #include "dist.h"      /* amp_comm: data-parallel reduce */
 #include "network.h"   /* get_layer_string */
 

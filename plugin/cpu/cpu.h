@@ -3,7 +3,7 @@
  *
  *   backend.c  the backend table (backend.h): the batch's host arithmetic,
  *              which half path a layer gets
- *   half.c     the exact half emulation: darknet's GEMM on half-rounded
+ *   emulated.c     the exact half emulation: darknet's GEMM on half-rounded
  *              values, with a GPU's rounding points (the numerics reference)
  *   onednn.c   bfloat16, float16 (float32 kernels on float16-rounded operands) and
  *              float32 convolutions, deconvolutions and inner products (connected
@@ -97,7 +97,7 @@ typedef struct cpu_net {
 /* What runs a layer's GEMM/convolution here (the tests and describe() ask). */
 typedef enum amp_cpu_runner {
     AMP_CPU_RUNS_DARKNET,  /* darknet's own float32 code */
-    AMP_CPU_RUNS_EMULATED, /* half.c: darknet's GEMM on half-rounded values */
+    AMP_CPU_RUNS_EMULATED, /* emulated.c: darknet's GEMM on half-rounded values */
     AMP_CPU_RUNS_ONEDNN    /* onednn.c: oneDNN primitives, half or float32 kernels */
 } amp_cpu_runner;
 
@@ -137,7 +137,7 @@ amp_status amp_conv_form_parse(const char *value, amp_conv_form *out, char *err,
 /* ... and read, checked and set in cn at attach (DARKNET_AMP_MAX_CPU_ISA too). */
 amp_status amp_cpu_settings(cpu_net *cn, char *err, size_t errlen);
 
-/* half.c: the emulation of l's type into al (forward, backward, impl), or
+/* emulated.c: the emulation of l's type into al (forward, backward, impl), or
  * AMP_ERR_INVALID with why when it has none. */
 amp_status amp_emulation_install(amp_layer *al, layer *l, char *why, size_t whylen);
 /* The emulated layers, also the oneDNN paths' fallbacks. */

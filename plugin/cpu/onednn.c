@@ -5,7 +5,7 @@
  * DARKNET_AMP_CPU=onednn, so a benchmark can tell the gain of the precision
  * from the gain of the library).
  *
- * Numerics are those of the emulation (half.c) and of a GPU: inputs,
+ * Numerics are those of the emulation (emulated.c) and of a GPU: inputs,
  * weights, the convolution's output, the incoming gradient and the weight
  * and data gradients are stored in bfloat16 (round to nearest even, by
  * oneDNN's conversions); products are summed in float32, in oneDNN's order.
@@ -653,7 +653,7 @@ static amp_status mm_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, ch
     return AMP_OK;
 }
 
-/* l's emulation (half.c): where oneDNN cannot run a shape or a primitive failed. */
+/* l's emulation (emulated.c): where oneDNN cannot run a shape or a primitive failed. */
 static void emulated_forward(layer l, network net)
 {
     if (l.type == CONNECTED) amp_emulated_connected_forward(l, net);

@@ -1,15 +1,15 @@
 /* Rounding float32 arrays in place to the values a float16 or bfloat16 store
- * and load would leave (half.h's amp_round_f16 and amp_round_bf16, bit for
+ * and load would leave (half_format.h's amp_round_f16 and amp_round_bf16, bit for
  * bit), fast: eight at a time where the CPU has F16C (float16) or AVX2
  * (bfloat16) (isa.c), split between OpenMP threads for large arrays.
  *
  * float16 uses F16C's conversions (vcvtps2ph, round to nearest even, then
- * vcvtph2ps); half.h's amp_round_f16 is vcvtps2ph by construction, and
+ * vcvtph2ps); half_format.h's amp_round_f16 is vcvtps2ph by construction, and
  * unit.convert holds the two together over all 2^32 inputs. bfloat16 is
- * integer arithmetic on the bit patterns, half.h's amp_f32_to_bf16 eight
+ * integer arithmetic on the bit patterns, half_format.h's amp_f32_to_bf16 eight
  * lanes wide (no x86 instruction before AVX512-BF16 converts to bfloat16, and
  * that one flushes float32 subnormals, which the emulation keeps).
- * unit.round holds every variant against half.h over 2^26 patterns.
+ * unit.round holds every variant against half_format.h over 2^26 patterns.
  *
  * The oneDNN half paths on float32 kernels (onednn.c) round every operand
  * and result through here. Per element, one thread, counting flushes (an
@@ -17,7 +17,7 @@
  * portable code, 0.45 with F16C; bfloat16 3.0 portable, 0.43 with AVX2.
  */
 #include "cpu.h"
-#include "half.h"
+#include "math/half_format.h"
 
 #ifdef __x86_64__
 #if defined(__GNUC__)
@@ -68,7 +68,7 @@ __attribute__((target("avx,f16c"))) static void round_f16_f16c(float *x, size_t 
     for (; i < n; ++i) round_one(AMP_DTYPE_FLOAT16, x + i, c ? c : &none);
 }
 
-/* half.h's amp_f32_to_bf16, then back to float32 (the low 16 bits zero):
+/* half_format.h's amp_f32_to_bf16, then back to float32 (the low 16 bits zero):
  * u + 0x7fff + (bit 16 of u), truncated, for every number (a carry into the
  * exponent is right, the largest round to inf); a NaN keeps its top bits
  * with the quiet bit (bit 22) set. */
@@ -93,7 +93,7 @@ __attribute__((target("avx2"))) static void round_bf16_avx2(float *x, size_t n, 
 }
 #endif
 
-/* half.h's functions one element at a time (the compiler may vectorise them
+/* half_format.h's functions one element at a time (the compiler may vectorise them
  * for SSE2; the selects are branch-free for that). */
 static void round_portable(amp_dtype dtype, float *x, size_t n, round_counts *c)
 {

@@ -1,4 +1,4 @@
-/* plugin/grad_math.h, the element math of the unscale + non-finite check and
+/* plugin/math/grad_math.h, the element math of the unscale + non-finite check and
  * of the connected layers' scaled gradient clip that the CPU core and the
  * CUDA kernels share, on hand-derived cases (inf, NaN with
  * payloads, subnormals, the float16/bfloat16 edge values) and against the
@@ -6,7 +6,7 @@
  * over every float exponent and random significands. Exact comparisons
  * throughout: the multiplication is one IEEE rounding on both sides. */
 #include "check.h"
-#include "grad_math.h"
+#include "math/grad_math.h"
 
 #include <float.h>
 #include <math.h>

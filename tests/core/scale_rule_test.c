@@ -2,7 +2,7 @@
  * rules in docs/design.md (PyTorch GradScaler plus hysteresis and bounds).
  * Each case feeds a sequence of overflow flags ('.' good step, 'x' overflow)
  * and compares the scale after every step with the expected list. */
-#include "scale_rule.h"
+#include "math/scale_rule.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* half.h against the hardware: every one of the 2^32 float bit patterns
+/* half_format.h against the hardware: every one of the 2^32 float bit patterns
  * through amp_f32_to_f16 (vs x86 F16C vcvtps2ph, round to nearest even) and
  * amp_f32_to_bf16 (vs AVX512-BF16 vcvtneps2bf16), every 2^16 f16 pattern back
  * (vs F16C vcvtph2ps) and every bf16 pattern back (vs the definition, the top
@@ -9,7 +9,7 @@
  * the two ways its one float addition could go wrong.
  *
  * One deliberate difference: vcvtneps2bf16 flushes fp32 subnormal inputs to
- * zero, half.h rounds them (as CUDA's __float2bfloat16_rn). For exactly those
+ * zero, half_format.h rounds them (as CUDA's __float2bfloat16_rn). For exactly those
  * inputs the test checks ours against an independent rounding in double
  * arithmetic and the instruction's against a signed zero, and counts them.
  *
@@ -18,7 +18,7 @@
  * lacks prints SKIP; with no reference instruction at all the exit status is
  * 77 (CTest's skip code), else 0 (pass) or 1.
  */
-#include "half.h"
+#include "math/half_format.h"
 #include "../check.h"
 
 #include <stdint.h>
@@ -207,7 +207,7 @@ __attribute__((target("avx512bf16,avx512f"))) static void avx512_f32_to_bf16(con
 }
 
 /* Ours with MXCSR changed: FTZ and DAZ set (as -ffast-math does at
- * start-up) for the inputs below 2^-14, whose f16 result half.h computes with
+ * start-up) for the inputs below 2^-14, whose f16 result half_format.h computes with
  * a float addition; the invalid-operation exception unmasked for the NaN
  * inputs, which must never reach that addition (a trap would kill the test).
  * Out of line so that the mode switches bracket the loop. Returns whether
@@ -259,7 +259,7 @@ static int cpu_has_avx512bf16(void)
 }
 
 /* fp32 subnormal (bits u, exponent field 0) to bf16, rounded to nearest even
- * in double arithmetic rather than on bits as half.h does: the value counted
+ * in double arithmetic rather than on bits as half_format.h does: the value counted
  * in bf16's subnormal unit 2^-133 is mantissa / 2^16, exact in a double, and
  * adding and taking away 2^52 rounds it to an integer (default rounding mode). */
 static uint16_t bf16_of_subnormal(uint32_t u)
@@ -407,7 +407,7 @@ static void bf16_exhaustive(void)
      * is mantissa 0x8001..0x7fffff, both signs. */
     CHECK(flushed == 2ull * (0x7fffffu - 0x8000u),
           "deliberate difference: %llu fp32 subnormal inputs that vcvtneps2bf16 flushes to a "
-          "signed zero and half.h rounds to a nonzero bf16 (expected 2*(0x7fffff-0x8000) = %llu); "
+          "signed zero and half_format.h rounds to a nonzero bf16 (expected 2*(0x7fffff-0x8000) = %llu); "
           "%llu subnormal inputs round to zero in both",
           flushed, 2ull * (0x7fffffu - 0x8000u), same_subnormal);
     printf("  time: %.1f s for the pass; amp_f32_to_bf16_array %.2f ns/element, vcvtneps2bf16 %.2f "
@@ -454,7 +454,7 @@ int main(void)
     if (cpu_has_f16c()) {
         references++;
         printf("f32->f16 over all 2^32 inputs; invalid-operation traps are on for the inf/NaN "
-               "ones, so a SIGFPE means a NaN reached half.h's float addition\n");
+               "ones, so a SIGFPE means a NaN reached half_format.h's float addition\n");
         f16_exhaustive();
     } else {
         printf("SKIP: no F16C (or no OS support for AVX state): f16 not compared with hardware\n");

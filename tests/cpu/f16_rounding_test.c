@@ -1,6 +1,6 @@
 /* The CPU's float16 path through oneDNN (float32 kernels on float16-rounded
  * operands, plugin/cpu/onednn.c) keeps every rounding point of the exact
- * emulation (plugin/cpu/half.c), the numerics reference. On linear.cfg
+ * emulation (plugin/cpu/emulated.c), the numerics reference. On linear.cfg
  * (convolutions with neither batch-norm nor a nonlinearity, so every value a
  * layer stores is what the next one reads), same weights, layer by layer:
  * each layer of both networks gets the same input (the emulation's) in the
@@ -22,7 +22,7 @@
 #include "core.h"
 #include "cpu.h"
 #include "check.h"
-#include "half.h"
+#include "math/half_format.h"
 #include "nets.h"
 #include "onednn_fallbacks.h"
 

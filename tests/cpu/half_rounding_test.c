@@ -1,7 +1,7 @@
 /* The CPU's half paths through oneDNN (plugin/cpu/onednn.c: convolutions,
  * deconvolutions, inner products for connected layers and the connected
  * sub-layers of rnn, gru and lstm) keep every rounding point of the exact
- * emulation (plugin/cpu/half.c), the numerics reference: in float16
+ * emulation (plugin/cpu/emulated.c), the numerics reference: in float16
  * (float32 kernels on float16-rounded operands, each rounding a call of its
  * own) and in bfloat16 (oneDNN's bfloat16 tensors).
  *
@@ -37,7 +37,7 @@
 #include "core.h"
 #include "cpu.h"
 #include "check.h"
-#include "half.h"
+#include "math/half_format.h"
 #include "nets.h"
 #include "onednn_fallbacks.h"
 

@@ -1,5 +1,5 @@
 /* plugin/cpu/round.c (F16C, AVX2 and the portable loops; threaded)
- * against half.h's amp_round_f16 and amp_round_bf16, bit for bit, and its
+ * against half_format.h's amp_round_f16 and amp_round_bf16, bit for bit, and its
  * flush counts against a plain count: 2^26 float32 bit patterns spread over
  * every exponent (NaNs, infinities, subnormals, the float16 overflow and
  * underflow boundaries and bfloat16's ties included), in arrays whose
@@ -12,7 +12,7 @@
  */
 #include "core.h" /* amp_clock */
 #include "cpu.h"
-#include "half.h"
+#include "math/half_format.h"
 #include "check.h"
 
 #include <stdint.h>
@@ -42,11 +42,11 @@ static void check_variant(amp_cpu_isa isa, amp_dtype dt, const float *src, const
     const char *name = amp_dtype_name(dt);
     const char *code = ran == AMP_ISA_AVX2 ? "AVX2" : ran == AMP_ISA_AVX ? "F16C" : "portable";
     CHECK(differ == 0, "%s, %s code (asked %s): %zu float32 patterns rounded in place, %zu "
-          "differ from half.h in their bits", name, code, amp_cpu_isa_name(isa), N, differ);
+          "differ from half_format.h in their bits", name, code, amp_cpu_isa_name(isa), N, differ);
     if (differ) {
         uint32_t a, b, s;
         memcpy(&a, &x[first], 4), memcpy(&b, &ref[first], 4), memcpy(&s, &src[first], 4);
-        printf("  first at %zu: 0x%08x gave 0x%08x, half.h 0x%08x\n", first, s, a, b);
+        printf("  first at %zu: 0x%08x gave 0x%08x, half_format.h 0x%08x\n", first, s, a, b);
     }
     CHECK(nz == nz_ref && fl == fl_ref,
           "%s, %s code: flush counts %llu nonzero (expected %llu), %llu flushed to zero "

@@ -1,14 +1,14 @@
 /* The GPU backend's kernels against the host code they share their element
- * math with (half.h, grad_math.h, scale_rule.h): conversions bit for bit over
+ * math with (half_format.h, grad_math.h, scale_rule.h): conversions bit for bit over
  * every 16-bit pattern and 2^24 float patterns (and the CUDA intrinsics'
- * conversions for every non-NaN input, the claim half.h makes), the fused
+ * conversions for every non-NaN input, the claim half_format.h makes), the fused
  * unscale + check with inf and NaN injected into chosen tensors (the flag
  * names the last one), the batch start, the gated copies, and a scale update
  * trace against amp_scale_update on the host, the connected layers' gradient
  * clip at the scale. Exit 77 without a device. */
 #include "amp_cuda.h"
-#include "grad_math.h"
-#include "half.h"
+#include "math/grad_math.h"
+#include "math/half_format.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -83,7 +83,7 @@ static void conversions(void)
             float want = bf ? amp_bf16_to_f32(h[i]) : amp_f16_to_f32(h[i]);
             bad += amp_f32_bits(got[i]) != amp_f32_bits(want);
         }
-        CHECK(bad == 0, "%s -> float32 on the device, all 65536 patterns: %zu differ from half.h",
+        CHECK(bad == 0, "%s -> float32 on the device, all 65536 patterns: %zu differ from half_format.h",
               bf ? "bfloat16" : "float16", bad);
     }
     cudaFree(dh);
@@ -104,7 +104,7 @@ static void conversions(void)
         size_t bad = 0;
         for (size_t i = 0; i < n; ++i)
             bad += out[i] != (bf ? amp_f32_to_bf16(x[i]) : amp_f32_to_f16(x[i]));
-        CHECK(bad == 0, "float32 -> %s on the device, %zu patterns: %zu differ from half.h",
+        CHECK(bad == 0, "float32 -> %s on the device, %zu patterns: %zu differ from half_format.h",
               bf ? "bfloat16" : "float16", n, bad);
         /* The CUDA intrinsics agree for every non-NaN input (NaN payloads differ
          * by design: CUDA returns a canonical NaN). */
@@ -124,7 +124,7 @@ static void conversions(void)
             }
             bad += out[i] != want;
         }
-        CHECK(bad == 0, "%s intrinsic vs half.h, non-NaN inputs: %zu differ",
+        CHECK(bad == 0, "%s intrinsic vs half_format.h, non-NaN inputs: %zu differ",
               bf ? "__float2bfloat16_rn" : "__float2half_rn", bad);
         CHECK(nan_ok == nan_in, "%s intrinsic: every NaN input gives a NaN (%zu of %zu)",
               bf ? "__float2bfloat16_rn" : "__float2half_rn", nan_ok, nan_in);
@@ -279,7 +279,7 @@ static void scale_trace(void)
 }
 
 /* The rounding kernels of the half GEMMs (amp_cuda_round, amp_cuda_add_rounded)
- * against half.h on the host, with values around every rounding case: exact,
+ * against half_format.h on the host, with values around every rounding case: exact,
  * ties, subnormal, overflow, NaN. */
 static void rounding(void)
 {
@@ -309,7 +309,7 @@ static void rounding(void)
                            (want != want && got[i] != got[i]);
                 bad += !same;
             }
-            CHECK(bad == 0, "%s on the device, %s, %zu patterns: %zu differ from half.h",
+            CHECK(bad == 0, "%s on the device, %s, %zu patterns: %zu differ from half_format.h",
                   add ? "y += round(x)" : "x = round(x)", bf ? "bfloat16" : "float16", n, bad);
         }
     }

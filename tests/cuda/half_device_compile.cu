@@ -1,9 +1,9 @@
-/* Compile-only check that half.h builds as CUDA device code: every
+/* Compile-only check that half_format.h builds as CUDA device code: every
  * conversion called from a kernel, with scale_rule.h included too (both
  * headers define AMP_HD, each guarded). The host side of the same functions
  * is what tests/cpu/convert_test.c checks against the CPU's instructions. */
-#include "scale_rule.h"
-#include "half.h"
+#include "math/scale_rule.h"
+#include "math/half_format.h"
 
 __global__ void amp_half_device_compile(const float *x, uint16_t *h, uint16_t *b, float *y,
                                         int n)

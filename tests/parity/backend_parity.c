@@ -1,6 +1,6 @@
 /* One harness for every backend's layers: each implementation of the half
  * layers against the code it replaces and against the exact emulation, the
- * numerics reference (plugin/cpu/half.c), layer by layer.
+ * numerics reference (plugin/cpu/emulated.c), layer by layer.
  *
  *   backend_parity --emulation CFG [resize]   the CPU emulation against
  *                                             darknet's CPU float32, float16

@@ -19,7 +19,7 @@
 #ifndef AMP_GRAD_MATH_H
 #define AMP_GRAD_MATH_H
 
-#include "half.h" /* AMP_HD, amp_f32_bits */
+#include "half_format.h" /* AMP_HD, amp_f32_bits */
 
 #include <stdint.h>
 

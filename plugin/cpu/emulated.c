@@ -15,7 +15,7 @@
  * faster than float32.
  */
 #include "cpu.h"
-#include "half.h"
+#include "math/half_format.h"
 
 #include "activations.h"
 #include "batchnorm_layer.h"

@@ -1,5 +1,6 @@
-/* The loss-scale update rule, shared by the CPU scaler and (later) the CUDA
- * kernel that updates the scale on the device: plain C, no libc calls beyond
+/* The loss-scale update rule and the step's skip decision, shared by the
+ * host's scaler (plugin/scaler.c, plugin/step.c) and the CUDA kernel that
+ * decides on the device (cuda/scale_update.cu): plain C, no libc calls beyond
  * what CUDA device code also has, every function static inline and marked
  * AMP_HD so that nvcc compiles it for both.
  *
@@ -14,11 +15,7 @@
 #ifndef AMP_SCALE_RULE_H
 #define AMP_SCALE_RULE_H
 
-#ifdef __CUDACC__
-#define AMP_HD __host__ __device__
-#else
-#define AMP_HD
-#endif
+#include "hd.h"
 
 typedef struct amp_scale_params {
     float growth_factor, backoff_factor, min_scale, max_scale;

@@ -26,19 +26,13 @@
  * nvcc --use_fast_math) cannot change. Branch-free, so that the array loops
  * below can be vectorised.
  */
-#ifndef AMP_HALF_H
-#define AMP_HALF_H
+#ifndef AMP_HALF_FORMAT_H
+#define AMP_HALF_FORMAT_H
+
+#include "hd.h"
 
 #include <stddef.h>
 #include <stdint.h>
-
-#ifndef AMP_HD
-#ifdef __CUDACC__
-#define AMP_HD __host__ __device__
-#else
-#define AMP_HD
-#endif
-#endif
 
 /* Reinterpret bits. Device code has intrinsics for it; for host C a union is
  * the C99 way, and the C++ compilers of nvcc's host pass document the same. */

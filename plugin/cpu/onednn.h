@@ -1,0 +1,156 @@
+/* The oneDNN half path's private header (plugin/cpu/onednn*.c, built only
+ * with oneDNN; onednn_none.c stands in without it): a layer's primitives and
+ * buffers, and the functions its files share.
+ *
+ *   onednn.c         a half layer on oneDNN: its passes, rounding points, install
+ *   onednn_mem.c     the engine, memories, reorders, running a primitive
+ *   onednn_direct.c  oneDNN's own convolution, deconvolution and inner product
+ *   onednn_matmul.c  a convolution as im2col + matmul
+ *   onednn_form.c    which of the two forms a convolution takes (timed)
+ */
+#ifndef AMP_CPU_ONEDNN_H
+#define AMP_CPU_ONEDNN_H
+
+#include "cpu.h"
+
+#include <oneapi/dnnl/dnnl.h>
+
+struct amp_dnnl_ctx {
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+};
+
+/* A memory object: oneDNN-owned (allocated) or a view of a darknet array
+ * (handle set before each use). */
+typedef struct dmem {
+    dnnl_memory_desc_t md;
+    dnnl_memory_t m;
+} dmem;
+
+/* The matmul form's buffers (im2col + matmul): owned ones, and views of
+ * another's storage with the matmul's 2-D (or the reorders' 4-D) shape. */
+typedef struct amp_dnnl_mm {
+    amp_conv_shape shape;
+    dmem col;            /* the input's windows, P x K, the half dtype */
+    dmem dcol;           /* their gradient, P x K, float32 */
+    dmem dxa, dxh;       /* the data gradient, NHWC: float32 sums, rounded to bfloat16 */
+    dmem w_t, w_nk;      /* the weights (OIHW, darknet's order) as K x N (transposed) and N x K */
+    dmem y4;             /* the P x N output as NHWC */
+    dmem dy_t, dy_pn;    /* the NHWC incoming gradient as N x P (transposed) and P x N */
+    dmem dw4;            /* the N x K weight gradient as OIHW */
+    dnnl_primitive_t r_dxh;
+} amp_dnnl_mm;
+
+/* Which form a convolution took, per shape it ran in (DARKNET_AMP_CONV=auto
+ * times them once per shape, as cuDNN's Find does; random=1 revisits
+ * shapes), with the timings (seconds for a forward and a backward). */
+#define AMP_DNNL_CHOICES 16
+typedef struct amp_dnnl_choice {
+    struct {
+        int batch, h, w, matmul;
+        double t_direct, t_matmul; /* < 0: not timed (one form only) */
+    } shape[AMP_DNNL_CHOICES];
+    int n;
+} amp_dnnl_choice;
+
+typedef struct amp_dnnl_conv {
+    /* the shape the primitives were made for */
+    int batch, h, w;
+    dnnl_data_type_t dt;
+    dnnl_primitive_t fwd, bwd_data, bwd_weights;
+    /* darknet's float32 arrays */
+    dmem x_user, y_user, w_user, dy_user, dw_user, dx_user;
+    /* oneDNN's layouts; an alias (m == another's) where two agree */
+    dmem x, y, w_fwd, w_bwd, dy_bw, dy_bd, x_bw, dw, dx;
+    /* reorders: in, out, and the two that add (sum post-op) */
+    dnnl_primitive_t r_x, r_y, r_w_fwd, r_w_bwd, r_dy_bw, r_dy_bd, r_x_bw, r_dw, r_dx;
+    unsigned long w_fwd_version, w_bwd_version;
+    amp_dtype rounded;  /* float16, or bfloat16 where the CPU has no bfloat16
+                           instructions: float32 primitives, every operand and
+                           result rounded to it where the emulation rounds it;
+                           float32: nothing rounded here (oneDNN's own types) */
+    int matmul;         /* a convolution as im2col + matmul (mm), not oneDNN's */
+    amp_dnnl_mm mm;
+    amp_dnnl_choice choice;
+    int onednn_forward; /* the last forward ran here, not in the fallback */
+    int warned;         /* a forward fell back after a failed primitive: said once */
+    char impl[3][48];   /* fwd, bwd-data, bwd-weights implementation names */
+    char label[64];     /* amp_layer.label: the form, and float32 kernels where rounded */
+} amp_dnnl_conv;
+
+/* A oneDNN call's status as the plugin's (error.h): AMP_ERR_DEVICE with the
+ * call and oneDNN's status in why. */
+#define AMP_DNNL_CHECK(call) amp_dnnl_check((call), #call, why, whylen)
+amp_status amp_dnnl_check(dnnl_status_t st, const char *call, char *why, size_t whylen);
+
+/* ---- onednn_mem.c ---- */
+/* The network's engine and stream, made on first use. */
+amp_status amp_dnnl_ctx_of(cpu_net *cn, struct amp_dnnl_ctx **out, char *why, size_t whylen);
+/* Every primitive and memory of d released; d's shape forgotten. */
+void amp_dnnl_release(amp_dnnl_conv *d);
+/* m: a view of a darknet array (no storage), oneDNN-owned storage, or src's
+ * storage where the layouts agree. */
+amp_status amp_dnnl_mem_view(dmem *m, const dnnl_memory_desc_t *md, dnnl_engine_t e, char *why,
+                             size_t whylen);
+amp_status amp_dnnl_mem_own(dmem *m, const dnnl_memory_desc_t *md, dnnl_engine_t e, char *why,
+                            size_t whylen);
+amp_status amp_dnnl_mem_alias_or_own(dmem *dst, const dmem *src, const dnnl_memory_desc_t *md,
+                                     dnnl_engine_t e, char *why, size_t whylen);
+/* oneDNN-owned storage of dims and tag; owner's storage seen as md, or as a
+ * rows x cols matrix (transposed: the owner's cols x rows read by columns). */
+amp_status amp_dnnl_mem_tag(dmem *m, int nd, const dnnl_dims_t dims, dnnl_data_type_t dt,
+                            dnnl_format_tag_t tag, dnnl_engine_t e, char *why, size_t whylen);
+amp_status amp_dnnl_mem_view_on(dmem *m, const dnnl_memory_desc_t *md, const dmem *owner,
+                                dnnl_engine_t e, char *why, size_t whylen);
+amp_status amp_dnnl_mem_matrix_on(dmem *m, dnnl_dim_t rows, dnnl_dim_t cols, int transposed,
+                                  const dmem *owner, dnnl_engine_t e, char *why, size_t whylen);
+void *amp_dnnl_data_of(const dmem *m);
+void amp_dnnl_set(dmem *m, void *p);
+void amp_dnnl_md_any(dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims,
+                     dnnl_data_type_t dt);
+/* A reorder from src to dst, adding into dst (sum post-op) when add. */
+amp_status amp_dnnl_reorder(dnnl_primitive_t *out, const dmem *src, const dmem *dst, int add,
+                            dnnl_engine_t e, char *why, size_t whylen);
+const char *amp_dnnl_impl_name(const_dnnl_primitive_desc_t pd);
+/* Runs a primitive, a reorder, on the network's stream, and waits. */
+amp_status amp_dnnl_run(amp_layer *al, dnnl_primitive_t p, int nargs,
+                        const dnnl_exec_arg_t *args);
+amp_status amp_dnnl_run_reorder(amp_layer *al, dnnl_primitive_t p, const dmem *src,
+                                const dmem *dst);
+
+/* ---- onednn_direct.c: every primitive and buffer for l's current shape, or
+ * why oneDNN cannot: a convolution as oneDNN's; a deconvolutional or
+ * connected layer ---- */
+amp_status amp_dnnl_conv_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, char *why,
+                               size_t whylen);
+amp_status amp_dnnl_gemm_layer_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l,
+                                     char *why, size_t whylen);
+
+/* ---- onednn_matmul.c ---- */
+/* The matmul form for l's current shape, or why not (everything released). */
+amp_status amp_dnnl_mm_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, char *why,
+                             size_t whylen);
+/* Its data gradient: dcol = dy W, folded back (col2im) in float32, rounded
+ * once; the rounded array in *out. */
+amp_status amp_dnnl_mm_data_gradient(amp_layer *al, amp_dnnl_conv *d, const dmem **out);
+
+/* ---- onednn_form.c ---- */
+/* Some primitive of d is oneDNN's reference kernel. */
+int amp_dnnl_has_reference(const amp_dnnl_conv *d);
+/* The primitives of l's kind for its current shape; a convolution in the
+ * form DARKNET_AMP_CONV asks for, or chose before for this shape. */
+amp_status amp_dnnl_layer_build(amp_layer *al, amp_dnnl_conv *d, const layer *l, char *why,
+                                size_t whylen);
+
+/* ---- onednn.c ---- */
+/* A owned buffer rounded to the half type at a rounding point, where d's
+ * numerics are half on float32 kernels. */
+void amp_dnnl_round_half(amp_layer *al, const amp_dnnl_conv *d, amp_round_point point,
+                         const dmem *m, int counts);
+/* A forward's convolution or GEMM into l->output, half-rounded, no tail; a
+ * backward's weight and data gradients added into darknet's arrays. */
+amp_status amp_dnnl_forward_core(amp_layer *al, amp_dnnl_conv *d, const layer *l,
+                                 const float *input);
+amp_status amp_dnnl_gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network net);
+
+#endif

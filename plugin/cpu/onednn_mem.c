@@ -1,0 +1,219 @@
+/* The oneDNN half path's plumbing: the network's engine and stream, the CPU
+ * as oneDNN sees it, memories (views of darknet's arrays, oneDNN-owned
+ * storage, aliases where two layouts agree), reorders, and running a
+ * primitive on the stream.
+ */
+#include "onednn.h"
+
+#include <stdlib.h>
+
+amp_status amp_dnnl_check(dnnl_status_t st, const char *call, char *why, size_t whylen)
+{
+    AMP_RETURN_ERROR_IF(st != dnnl_success, AMP_ERR_DEVICE, why, whylen,
+                        "%s failed (oneDNN status %d)", call, (int)st);
+    return AMP_OK;
+}
+
+amp_status amp_dnnl_ctx_of(cpu_net *cn, struct amp_dnnl_ctx **out, char *why, size_t whylen)
+{
+    if (!cn->dnnl) {
+        struct amp_dnnl_ctx *c = calloc(1, sizeof *c);
+        AMP_RETURN_ERROR_IF(!c, AMP_ERR_NOMEM, why, whylen, "out of memory");
+        if (dnnl_engine_create(&c->engine, dnnl_cpu, 0) != dnnl_success ||
+            dnnl_stream_create(&c->stream, c->engine, dnnl_stream_default_flags) != dnnl_success) {
+            if (c->engine) dnnl_engine_destroy(c->engine);
+            free(c);
+            AMP_RETURN_ERROR(AMP_ERR_DEVICE, why, whylen, "no oneDNN CPU engine");
+        }
+        cn->dnnl = c;
+    }
+    *out = cn->dnnl;
+    return AMP_OK;
+}
+
+void amp_onednn_ctx_free(cpu_net *cn)
+{
+    if (!cn || !cn->dnnl) return;
+    dnnl_stream_destroy(cn->dnnl->stream);
+    dnnl_engine_destroy(cn->dnnl->engine);
+    free(cn->dnnl);
+    cn->dnnl = NULL;
+}
+
+const char *amp_onednn_isa(int *native_bf16)
+{
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    *native_bf16 = (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+    switch (isa) {
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_sse41: return "sse41";
+    default: return "other";
+    }
+}
+
+static void prim_free(dnnl_primitive_t *p)
+{
+    if (*p) dnnl_primitive_destroy(*p);
+    *p = NULL;
+}
+
+static void mem_free(dmem *m, const dmem *const *aliases, int naliases)
+{
+    if (!m->m) return;
+    for (int i = 0; i < naliases; ++i)
+        if (aliases[i] != m && aliases[i]->m == m->m) { /* not the owner */
+            m->m = NULL;
+            return;
+        }
+    dnnl_memory_destroy(m->m);
+    m->m = NULL;
+}
+
+void amp_dnnl_release(amp_dnnl_conv *d)
+{
+    dnnl_primitive_t *prims[] = {&d->fwd, &d->bwd_data, &d->bwd_weights, &d->r_x, &d->r_y,
+                                 &d->r_w_fwd, &d->r_w_bwd, &d->r_dy_bw, &d->r_dy_bd, &d->r_x_bw,
+                                 &d->r_dw, &d->r_dx, &d->mm.r_dxh};
+    for (size_t i = 0; i < sizeof prims / sizeof prims[0]; ++i) prim_free(prims[i]);
+    /* aliases point at an owner earlier in this list: free from the end (the
+     * matmul form's views are memories of their own, without storage) */
+    dmem *mems[] = {&d->x_user, &d->y_user, &d->w_user, &d->dy_user, &d->dw_user, &d->dx_user,
+                    &d->x, &d->y, &d->w_fwd, &d->dy_bw, &d->dw, &d->dx,
+                    &d->w_bwd, &d->dy_bd, &d->x_bw,
+                    &d->mm.col, &d->mm.dcol, &d->mm.dxa, &d->mm.dxh, &d->mm.w_t, &d->mm.w_nk,
+                    &d->mm.y4, &d->mm.dy_t, &d->mm.dy_pn, &d->mm.dw4};
+    const int n = (int)(sizeof mems / sizeof mems[0]);
+    for (int i = n - 1; i >= 0; --i) mem_free(mems[i], (const dmem *const *)mems, i);
+    d->batch = 0;
+    d->matmul = 0;
+}
+
+/* A view of a darknet array (no storage), or oneDNN-owned storage. */
+amp_status amp_dnnl_mem_view(dmem *m, const dnnl_memory_desc_t *md, dnnl_engine_t e, char *why,
+                           size_t whylen)
+{
+    m->md = *md;
+    return AMP_DNNL_CHECK(dnnl_memory_create(&m->m, md, e, DNNL_MEMORY_NONE));
+}
+
+amp_status amp_dnnl_mem_own(dmem *m, const dnnl_memory_desc_t *md, dnnl_engine_t e, char *why,
+                          size_t whylen)
+{
+    m->md = *md;
+    return AMP_DNNL_CHECK(dnnl_memory_create(&m->m, md, e, DNNL_MEMORY_ALLOCATE));
+}
+
+/* dst takes src's storage when their layouts agree (no reorder needed), or
+ * storage of its own. */
+amp_status amp_dnnl_mem_alias_or_own(dmem *dst, const dmem *src, const dnnl_memory_desc_t *md,
+                                   dnnl_engine_t e, char *why, size_t whylen)
+{
+    if (dnnl_memory_desc_equal(&src->md, md)) {
+        dst->md = *md;
+        dst->m = src->m;
+        return AMP_OK;
+    }
+    return amp_dnnl_mem_own(dst, md, e, why, whylen);
+}
+
+/* A reorder from src to dst, adding into dst (sum post-op) when add. */
+amp_status amp_dnnl_reorder(dnnl_primitive_t *out, const dmem *src, const dmem *dst, int add,
+                          dnnl_engine_t e, char *why, size_t whylen)
+{
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t ops = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    if (add) {
+        AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_primitive_attr_create(&attr)));
+        amp_status st = AMP_DNNL_CHECK(dnnl_post_ops_create(&ops));
+        if (st == AMP_OK) st = AMP_DNNL_CHECK(dnnl_post_ops_append_sum(ops, 1.0f));
+        if (st == AMP_OK) st = AMP_DNNL_CHECK(dnnl_primitive_attr_set_post_ops(attr, ops));
+        if (ops) dnnl_post_ops_destroy(ops);
+        if (st != AMP_OK) {
+            dnnl_primitive_attr_destroy(attr);
+            return st;
+        }
+    }
+    dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, &src->md, e, &dst->md, e, attr);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    AMP_RETURN_ERROR_IF(st != dnnl_success, AMP_ERR_DEVICE, why, whylen,
+                        "no oneDNN reorder%s (status %d)", add ? " with sum" : "", (int)st);
+    st = dnnl_primitive_create(out, pd);
+    dnnl_primitive_desc_destroy(pd);
+    AMP_RETURN_ERROR_IF(st != dnnl_success, AMP_ERR_DEVICE, why, whylen,
+                        "oneDNN reorder creation failed (status %d)", (int)st);
+    return AMP_OK;
+}
+
+const char *amp_dnnl_impl_name(const_dnnl_primitive_desc_t pd)
+{
+    const char *s = "?";
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &s) != dnnl_success) s = "?";
+    return s;
+}
+
+void amp_dnnl_md_any(dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims, dnnl_data_type_t dt)
+{
+    dnnl_memory_desc_init_by_tag(md, ndims, dims, dt, dnnl_format_tag_any);
+}
+
+void *amp_dnnl_data_of(const dmem *m)
+{
+    void *p = NULL;
+    return dnnl_memory_get_data_handle(m->m, &p) == dnnl_success ? p : NULL;
+}
+
+/* oneDNN-owned storage of dims and tag. */
+amp_status amp_dnnl_mem_tag(dmem *m, int nd, const dnnl_dims_t dims, dnnl_data_type_t dt,
+                          dnnl_format_tag_t tag, dnnl_engine_t e, char *why, size_t whylen)
+{
+    dnnl_memory_desc_t md;
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md, nd, dims, dt, tag)));
+    return amp_dnnl_mem_own(m, &md, e, why, whylen);
+}
+
+/* m: owner's storage seen as md. */
+amp_status amp_dnnl_mem_view_on(dmem *m, const dnnl_memory_desc_t *md, const dmem *owner,
+                              dnnl_engine_t e, char *why, size_t whylen)
+{
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(m, md, e, why, whylen));
+    return AMP_DNNL_CHECK(dnnl_memory_set_data_handle(m->m, amp_dnnl_data_of(owner)));
+}
+
+/* m: owner's storage as a rows x cols matrix, row-major or, transposed, the
+ * owner's cols x rows matrix read by columns. */
+amp_status amp_dnnl_mem_matrix_on(dmem *m, dnnl_dim_t rows, dnnl_dim_t cols, int transposed,
+                                const dmem *owner, dnnl_engine_t e, char *why, size_t whylen)
+{
+    const dnnl_dims_t dims = {rows, cols};
+    const dnnl_dims_t strides = {transposed ? 1 : cols, transposed ? rows : 1};
+    dnnl_memory_desc_t md;
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(
+        dnnl_memory_desc_init_by_strides(&md, 2, dims, owner->md.data_type, strides)));
+    return amp_dnnl_mem_view_on(m, &md, owner, e, why, whylen);
+}
+
+/* Runs one primitive. A failure is not expected once the primitive exists;
+ * the caller redoes a forward in the emulation, and stops training on a
+ * backward left half done. */
+amp_status amp_dnnl_run(amp_layer *al, dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *args)
+{
+    const struct amp_dnnl_ctx *c = cpu_net_of(al->owner)->dnnl;
+    dnnl_status_t st = dnnl_primitive_execute(p, c->stream, nargs, args);
+    if (st == dnnl_success) st = dnnl_stream_wait(c->stream);
+    return st == dnnl_success ? AMP_OK : AMP_ERR_DEVICE;
+}
+
+amp_status amp_dnnl_run_reorder(amp_layer *al, dnnl_primitive_t p, const dmem *src, const dmem *dst)
+{
+    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, src->m}, {DNNL_ARG_TO, dst->m}};
+    return amp_dnnl_run(al, p, 2, a);
+}
+
+void amp_dnnl_set(dmem *m, void *p) { dnnl_memory_set_data_handle(m->m, p); }

@@ -1,0 +1,31 @@
+/* The oneDNN half path's entry points in a build without oneDNN: no layer
+ * installs there (the CPU backend then emulates), and nothing to free. The
+ * real ones are onednn.c and onednn_mem.c, built instead of this file when
+ * CMake finds oneDNN.
+ */
+#include "cpu.h"
+
+amp_status amp_onednn_install(amp_layer *al, layer *l, amp_dtype dtype, char *why,
+                              size_t whylen)
+{
+    (void)al, (void)l, (void)dtype;
+    AMP_RETURN_ERROR(AMP_ERR_INVALID, why, whylen, "built without oneDNN");
+}
+void amp_onednn_free(cpu_layer *c) { (void)c; }
+int amp_onednn_fallbacks(const cpu_layer *c)
+{
+    (void)c;
+    return 0;
+}
+void amp_onednn_ctx_free(cpu_net *cn) { (void)cn; }
+int amp_onednn_form(const cpu_layer *c, double *t_direct, double *t_matmul)
+{
+    (void)c;
+    *t_direct = *t_matmul = -1;
+    return -1;
+}
+const char *amp_onednn_isa(int *native_bf16)
+{
+    *native_bf16 = 0;
+    return "none";
+}

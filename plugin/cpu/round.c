@@ -5,15 +5,15 @@
  *
  * float16 uses F16C's conversions (vcvtps2ph, round to nearest even, then
  * vcvtph2ps); half_format.h's amp_round_f16 is vcvtps2ph by construction, and
- * unit.convert holds the two together over all 2^32 inputs. bfloat16 is
+ * unit.half_format holds the two together over all 2^32 inputs. bfloat16 is
  * integer arithmetic on the bit patterns, half_format.h's amp_f32_to_bf16 eight
  * lanes wide (no x86 instruction before AVX512-BF16 converts to bfloat16, and
  * that one flushes float32 subnormals, which the emulation keeps).
- * unit.round holds every variant against half_format.h over 2^26 patterns.
+ * unit.round_variants holds every variant against half_format.h over 2^26 patterns.
  *
  * The oneDNN half paths on float32 kernels (onednn.c) round every operand
  * and result through here. Per element, one thread, counting flushes (an
- * AMD EPYC with AVX2; unit.round prints its own figures): float16 10 ns in
+ * AMD EPYC with AVX2; unit.round_variants prints its own figures): float16 10 ns in
  * portable code, 0.45 with F16C; bfloat16 3.0 portable, 0.43 with AVX2.
  */
 #include "cpu.h"

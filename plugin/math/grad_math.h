@@ -2,7 +2,7 @@
  * (plugin/cpu/backend.c) and the CUDA kernels in cuda/: plain C on floats and bit
  * patterns, every function static inline and marked AMP_HD so that nvcc
  * compiles the same expressions for host and device, and the host tests
- * (tests/core/grad_math_test.c) exercise the GPU's arithmetic.
+ * (tests/math/grad_math_test.c) exercise the GPU's arithmetic.
  *
  * Numerics (docs/design.md, "Gradients and momentum"):
  * - the unscale factor is 1/S computed in double and rounded to float once,

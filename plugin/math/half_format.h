@@ -4,7 +4,7 @@
  * static inline and marked AMP_HD so that nvcc compiles it for both.
  *
  * Numerics (DESIGN.md "Dtypes"), each held exhaustively against the x86
- * instructions by tests/cpu/convert_test.c:
+ * instructions by tests/math/half_format_test.c:
  * - float -> f16 rounds to nearest even, produces subnormals and overflows to
  *   inf from 65520 up: bit for bit F16C vcvtps2ph (imm 0). That is IEEE
  *   rounding, so also CUDA __float2half_rn for every non-NaN input (by

@@ -1,7 +1,7 @@
 /* Compile-only check that half_format.h builds as CUDA device code: every
  * conversion called from a kernel, with scale_rule.h included too (both
  * headers define AMP_HD, each guarded). The host side of the same functions
- * is what tests/cpu/convert_test.c checks against the CPU's instructions. */
+ * is what tests/math/half_format_test.c checks against the CPU's instructions. */
 #include "math/scale_rule.h"
 #include "math/half_format.h"
 

@@ -2,7 +2,7 @@
 # Checks that a CUDA build produced GPU code: the fork's library exports darknet's
 # GPU entry points, links cuDNN/cuBLAS, and carries device code for the
 # requested architectures. Exit 77 (skipped) in a build without CUDA.
-#   check_cuda_build.sh WITH_CUDA LIBDARKNET DARKNET_CLI ARCHITECTURES
+#   cuda_objects.sh WITH_CUDA LIBDARKNET DARKNET_CLI ARCHITECTURES
 set -eu
 with_cuda=$1 lib=$2 cli=$3 archs=$4
 if [ "$with_cuda" != "ON" ]; then

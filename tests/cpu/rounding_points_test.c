@@ -30,7 +30,7 @@
  * themselves do not run (darknet's CPU rnn and lstm cannot), so the cfg's
  * recurrent layers are tested through their sub-layers alone.
  *
- *   half_rounding_test [--bfloat16] CFG     float16 by default; skipped (77)
+ *   rounding_points_test [--bfloat16] CFG     float16 by default; skipped (77)
  *                                           without oneDNN or where no layer
  *                                           goes through it
  */
@@ -310,7 +310,7 @@ int main(int argc, char **argv)
         else break;
     }
     if (a != argc - 1) {
-        fprintf(stderr, "usage: half_rounding_test [--bfloat16] [--drop-each] CFG\n");
+        fprintf(stderr, "usage: rounding_points_test [--bfloat16] [--drop-each] CFG\n");
         return 2;
     }
     const char *cfg = argv[a];

@@ -8,7 +8,7 @@
  * DARKNET_AMP_MAX_CPU_ISA, then each narrower one). Prints each variant's
  * time per element (one thread's share; not checked).
  *
- *   round_test
+ *   round_variants_test
  */
 #include "core.h" /* amp_clock */
 #include "cpu.h"

@@ -4,7 +4,7 @@
  * parse_network_cfg_checked() return NULL with the message, and nothing is
  * called once the hooks are removed.
  *
- *   hooks_test CFG WORKDIR    (CFG: any small darknet cfg)
+ *   plugin_hooks_test CFG WORKDIR    (CFG: any small darknet cfg)
  */
 #include "darknet.h"
 
@@ -100,14 +100,14 @@ static int marked_copy(const char *cfg, const char *out)
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: hooks_test CFG WORKDIR\n");
+        fprintf(stderr, "usage: plugin_hooks_test CFG WORKDIR\n");
         return 2;
     }
     char cfg[1024], weights[1024], err[256] = {0};
     snprintf(cfg, sizeof cfg, "%s/marked.cfg", argv[2]);
     snprintf(weights, sizeof weights, "%s/hooks_test.weights", argv[2]);
     if (marked_copy(argv[1], cfg)) {
-        fprintf(stderr, "hooks_test: cannot write %s\n", cfg);
+        fprintf(stderr, "plugin_hooks_test: cannot write %s\n", cfg);
         return 1;
     }
     gpu_index = -1;

@@ -17,7 +17,7 @@
  *   up to 2^-12 of its terms and changes far more (measured in the note of
  *   the commit that added this test; see docs/design.md).
  *
- *   f16_rounding_test CFG        skipped (77) without oneDNN
+ *   onednn_f16_conv_test CFG        skipped (77) without oneDNN
  */
 #include "core.h"
 #include "cpu.h"
@@ -73,7 +73,7 @@ static void tensor(const char *what, int i, const float *emu, const float *dnn, 
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: f16_rounding_test CFG\n");
+        fprintf(stderr, "usage: onednn_f16_conv_test CFG\n");
         return 2;
     }
 #ifndef AMP_HAVE_ONEDNN

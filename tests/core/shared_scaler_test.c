@@ -2,7 +2,7 @@
  * each network decides its own skip, the scale updates once per iteration
  * from the OR of their overflow flags, and misuse is an error, not a crash.
  *
- *   gan_test CFG
+ *   shared_scaler_test CFG
  *
  * Network A gets a NaN injected into layer 1's weights gradient at its step 2.
  */
@@ -34,7 +34,7 @@ static float first_weight(const network *net)
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: gan_test CFG\n");
+        fprintf(stderr, "usage: shared_scaler_test CFG\n");
         return 2;
     }
     char err[512] = "";

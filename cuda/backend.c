@@ -373,8 +373,7 @@ static amp_status layer_install(amp_layer *al, layer *l, char *err, size_t errle
 
 /* ---- the network ---- */
 
-/* Warns or refuses by compute capability (DESIGN.md, "Say so when AMP cannot
- * help"). */
+/* Warns or refuses by compute capability (docs/gpu.md: bfloat16 needs 8.0). */
 static amp_status check_device(amp_net *an, char *err, size_t errlen)
 {
     struct cudaDeviceProp p;

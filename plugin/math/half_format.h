@@ -3,7 +3,7 @@
  * CUDA kernels: plain C on bit patterns, no libc calls, every function
  * static inline and marked AMP_HD so that nvcc compiles it for both.
  *
- * Numerics (DESIGN.md "Dtypes"), each held exhaustively against the x86
+ * Numerics (docs/design.md), each held exhaustively against the x86
  * instructions by tests/math/half_format_test.c:
  * - float -> f16 rounds to nearest even, produces subnormals and overflows to
  *   inf from 65520 up: bit for bit F16C vcvtps2ph (imm 0). That is IEEE

@@ -1,7 +1,7 @@
 /* The AMP core's records, shared by its files (the .c files of plugin/), the backends
- * (plugin/cpu/, cuda/, through backend.h) and the tests. No CUDA and no
- * oneDNN here: a backend keeps its own state behind the void pointers
- * amp_net.bk and amp_layer.bk.
+ * (plugin/cpu/, cuda/, through backend.h) and the tests. No backend's library
+ * or name here: a backend keeps its own state behind the void pointers
+ * amp_net.bk and amp_layer.bk, and names itself in amp_layer.label.
  *
  * Map of the core (docs/architecture.md):
  *   step.c      the training step's phase machine and the three layer
@@ -97,9 +97,9 @@ typedef struct amp_layer {
     int half_allowed;   /* 0 when the cfg section says amp=0 */
     amp_precision precision;
     const char *label;  /* a half layer: what runs it, in its backend's words
-                           ("im2col + matmul", "cuDNN"), which the start-up
-                           table and DARKNET_AMP_PROFILE print; the backend
-                           may change it when a layer changes shape */
+                           (plugin/cpu/onednn_layer.c, cuda/backend.c), which the
+                           start-up table and DARKNET_AMP_PROFILE print; the
+                           backend may change it when a layer changes shape */
     int wrapped;        /* its slots were changed: detach puts them back */
     /* darknet's own pointers (from the backend's slots), put back by detach */
     amp_layer_fn orig_forward, orig_backward;

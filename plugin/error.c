@@ -1,5 +1,5 @@
 /* The plugin's message helpers (error.h). */
-#include "core.h"
+#include "error.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,15 +34,4 @@ const char *amp_show(char *out, size_t size, const char *s, size_t max)
     }
     out[n] = '\0';
     return out;
-}
-
-void amp_net_fail(amp_net *an, amp_status status, const char *fmt, ...)
-{
-    if (!an || an->error[0]) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(an->error, sizeof an->error, fmt, ap);
-    va_end(ap);
-    an->error_status = status;
-    fprintf(stderr, "%s\n", an->error);
 }

@@ -1,22 +1,24 @@
 /* The CPU backend's private header: its per-network and per-layer state and
  * the parts it is made of.
  *
- *   backend.c  the backend table (backend.h): the batch's host arithmetic,
- *              which half path a layer gets
- *   emulated.c     the exact half emulation: darknet's GEMM on half-rounded
- *              values, with a GPU's rounding points (the numerics reference)
- *   onednn.c   bfloat16, float16 (float32 kernels on float16-rounded operands) and
- *              float32 convolutions, deconvolutions and inner products (connected
- *              layers) through oneDNN; a convolution either as oneDNN's or as
- *              im2col + matmul, whichever a timing at start-up finds faster
- *   im2col.c   im2col and col2im over NHWC tensors, for that matmul form
- *   round.c    float32 arrays rounded to float16 or bfloat16 in place, fast
- *              (AVX2, F16C)
- *   isa.c      which SIMD variants of the tails and the rounding run here
- *              (DARKNET_AMP_MAX_CPU_ISA)
- *   tail.c     batch-norm, bias and activation of a half layer, threaded
- *   maxpool.c  darknet's max-pooling, threaded
- *   update.c   darknet's convolutional SGD update in one threaded pass
+ *   backend.c    the backend table (backend.h): the batch's host arithmetic,
+ *                which half path a layer gets
+ *   settings.c   its environment (DARKNET_AMP_CPU, DARKNET_AMP_CONV)
+ *   emulated.c   the exact half emulation: darknet's GEMM on half-rounded
+ *                values, with a GPU's rounding points (the numerics reference)
+ *   onednn_*.c   bfloat16, float16 (float32 kernels on half-rounded operands)
+ *                and float32 convolutions, deconvolutions and inner products
+ *                (connected layers) through oneDNN; a convolution either as
+ *                oneDNN's or as im2col + matmul, whichever a timing at
+ *                start-up finds faster (onednn.h says which file does what)
+ *   im2col.c     im2col and col2im over NHWC tensors, for that matmul form
+ *   round.c      float32 arrays rounded to float16 or bfloat16 in place, fast
+ *                (AVX2, F16C)
+ *   isa.c        which SIMD variants of the tails and the rounding run here
+ *                (DARKNET_AMP_MAX_CPU_ISA)
+ *   tail.c       batch-norm, bias and activation of a half layer, threaded
+ *   maxpool.c    darknet's max-pooling, threaded
+ *   update.c     darknet's convolutional SGD update in one threaded pass
  */
 #ifndef AMP_CPU_H
 #define AMP_CPU_H
@@ -69,7 +71,7 @@ typedef struct amp_buffer {
 struct amp_dnnl_ctx;
 struct amp_dnnl_conv;
 
-/* The rounding points of the half paths on float32 kernels (onednn.c): the
+/* The rounding points of the half paths on float32 kernels (onednn_pass.c): the
  * input, the weights, the output, the incoming gradient, the weight and the
  * data gradient. */
 typedef enum amp_round_point {
@@ -98,7 +100,7 @@ typedef struct cpu_net {
 typedef enum amp_cpu_runner {
     AMP_CPU_RUNS_DARKNET,  /* darknet's own float32 code */
     AMP_CPU_RUNS_EMULATED, /* emulated.c: darknet's GEMM on half-rounded values */
-    AMP_CPU_RUNS_ONEDNN    /* onednn.c: oneDNN primitives, half or float32 kernels */
+    AMP_CPU_RUNS_ONEDNN    /* onednn_*.c: oneDNN primitives, half or float32 kernels */
 } amp_cpu_runner;
 
 typedef struct cpu_layer {
@@ -167,7 +169,7 @@ typedef struct amp_conv_shape {
     int batch, h, w, c, out_h, out_w, size, stride, pad;
 } amp_conv_shape;
 /* The largest size^2 im2col and col2im take (darknet's kernels are far
- * smaller; onednn.c builds no matmul form above it). */
+ * smaller; onednn_matmul.c builds no matmul form above it). */
 #define AMP_IM2COL_MAX_WINDOW 1024
 /* col[P][K] (P = batch * out_h * out_w, K = c * size * size, darknet's OIHW
  * weights order: channel outermost) from x, NHWC; elements of elt (2 or 4)
@@ -177,7 +179,7 @@ void amp_im2col_nhwc(const void *x, void *col, size_t elt, const amp_conv_shape 
  * input position the sum of the window columns that read it. */
 void amp_col2im_nhwc(const float *dcol, float *dx, const amp_conv_shape *s);
 
-/* onednn.c: l (a convolutional, deconvolutional or connected layer, or a
+/* onednn_layer.c (onednn_none.c without oneDNN): l (a convolutional, deconvolutional or connected layer, or a
  * recurrent layer's connected sub-layer) through oneDNN into al, or why not
  * (dtype float32 runs the same primitives in float32). */
 amp_status amp_onednn_install(amp_layer *al, layer *l, amp_dtype dtype, char *why,

@@ -1,4 +1,4 @@
-/* A convolution as one matrix product, for onednn.c's matmul form: the
+/* A convolution as one matrix product, for the matmul form (onednn_matmul.c, onednn_pass.c): the
  * input's windows unrolled into rows (im2col) and the rows' gradient folded
  * back (its adjoint, col2im), from and to NHWC tensors.
  *

@@ -2,11 +2,14 @@
  * with oneDNN; onednn_none.c stands in without it): a layer's primitives and
  * buffers, and the functions its files share.
  *
- *   onednn.c         a half layer on oneDNN: its passes, rounding points, install
- *   onednn_mem.c     the engine, memories, reorders, running a primitive
+ * From the top down (each file calls only those below it):
+ *   onednn_layer.c   a half layer as darknet calls it: forward, backward,
+ *                    fall-backs, label, install (cpu.h's amp_onednn_*)
+ *   onednn_form.c    which of the two forms a convolution takes (timed)
+ *   onednn_pass.c    the passes on built primitives, with the rounding points
  *   onednn_direct.c  oneDNN's own convolution, deconvolution and inner product
  *   onednn_matmul.c  a convolution as im2col + matmul
- *   onednn_form.c    which of the two forms a convolution takes (timed)
+ *   onednn_mem.c     the engine, memories, reorders, running a primitive
  */
 #ifndef AMP_CPU_ONEDNN_H
 #define AMP_CPU_ONEDNN_H
@@ -130,9 +133,13 @@ amp_status amp_dnnl_gemm_layer_build(amp_dnnl_conv *d, dnnl_engine_t e, const la
 /* The matmul form for l's current shape, or why not (everything released). */
 amp_status amp_dnnl_mm_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, char *why,
                              size_t whylen);
-/* Its data gradient: dcol = dy W, folded back (col2im) in float32, rounded
- * once; the rounded array in *out. */
-amp_status amp_dnnl_mm_data_gradient(amp_layer *al, amp_dnnl_conv *d, const dmem **out);
+
+/* ---- onednn_pass.c ---- */
+/* A forward's convolution or GEMM into l->output, half-rounded, no tail; a
+ * backward's weight and data gradients added into darknet's arrays. */
+amp_status amp_dnnl_forward_core(amp_layer *al, amp_dnnl_conv *d, const layer *l,
+                                 const float *input);
+amp_status amp_dnnl_gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network net);
 
 /* ---- onednn_form.c ---- */
 /* Some primitive of d is oneDNN's reference kernel. */
@@ -141,16 +148,5 @@ int amp_dnnl_has_reference(const amp_dnnl_conv *d);
  * form DARKNET_AMP_CONV asks for, or chose before for this shape. */
 amp_status amp_dnnl_layer_build(amp_layer *al, amp_dnnl_conv *d, const layer *l, char *why,
                                 size_t whylen);
-
-/* ---- onednn.c ---- */
-/* A owned buffer rounded to the half type at a rounding point, where d's
- * numerics are half on float32 kernels. */
-void amp_dnnl_round_half(amp_layer *al, const amp_dnnl_conv *d, amp_round_point point,
-                         const dmem *m, int counts);
-/* A forward's convolution or GEMM into l->output, half-rounded, no tail; a
- * backward's weight and data gradients added into darknet's arrays. */
-amp_status amp_dnnl_forward_core(amp_layer *al, amp_dnnl_conv *d, const layer *l,
-                                 const float *input);
-amp_status amp_dnnl_gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network net);
 
 #endif

@@ -112,22 +112,3 @@ amp_status amp_dnnl_mm_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, 
     d->w_fwd_version = d->w_bwd_version = 0;
     return AMP_OK;
 }
-
-/* The data gradient in the matmul form: dcol = dy W, folded back (col2im)
- * in float32, rounded once; the rounded array in *out. */
-amp_status amp_dnnl_mm_data_gradient(amp_layer *al, amp_dnnl_conv *d, const dmem **out)
-{
-    amp_dnnl_mm *m = &d->mm;
-    dnnl_exec_arg_t b[3] = {{DNNL_ARG_SRC, m->dy_pn.m}, {DNNL_ARG_WEIGHTS, m->w_nk.m},
-                            {DNNL_ARG_DST, m->dcol.m}};
-    AMP_FORWARD_IF_ERROR(amp_dnnl_run(al, d->bwd_data, 3, b));
-    amp_col2im_nhwc(amp_dnnl_data_of(&m->dcol), amp_dnnl_data_of(&m->dxa), &m->shape);
-    *out = &m->dxa;
-    if (m->r_dxh) {
-        AMP_FORWARD_IF_ERROR(amp_dnnl_run_reorder(al, m->r_dxh, &m->dxa, &m->dxh));
-        *out = &m->dxh;
-    } else {
-        amp_dnnl_round_half(al, d, AMP_ROUND_DX, &m->dxa, 0);
-    }
-    return AMP_OK;
-}

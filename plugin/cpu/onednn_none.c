@@ -1,6 +1,6 @@
 /* The oneDNN half path's entry points in a build without oneDNN: no layer
  * installs there (the CPU backend then emulates), and nothing to free. The
- * real ones are onednn.c and onednn_mem.c, built instead of this file when
+ * real ones are onednn_layer.c and onednn_mem.c, built instead of this file when
  * CMake finds oneDNN.
  */
 #include "cpu.h"

@@ -11,7 +11,7 @@
  * that one flushes float32 subnormals, which the emulation keeps).
  * unit.round_variants holds every variant against half_format.h over 2^26 patterns.
  *
- * The oneDNN half paths on float32 kernels (onednn.c) round every operand
+ * The oneDNN half paths on float32 kernels (onednn_pass.c) round every operand
  * and result through here. Per element, one thread, counting flushes (an
  * AMD EPYC with AVX2; unit.round_variants prints its own figures): float16 10 ns in
  * portable code, 0.45 with F16C; bfloat16 3.0 portable, 0.43 with AVX2.

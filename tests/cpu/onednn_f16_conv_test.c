@@ -1,5 +1,5 @@
 /* The CPU's float16 path through oneDNN (float32 kernels on float16-rounded
- * operands, plugin/cpu/onednn.c) keeps every rounding point of the exact
+ * operands, plugin/cpu/onednn_*.c) keeps every rounding point of the exact
  * emulation (plugin/cpu/emulated.c), the numerics reference. On linear.cfg
  * (convolutions with neither batch-norm nor a nonlinearity, so every value a
  * layer stores is what the next one reads), same weights, layer by layer:

@@ -1,4 +1,4 @@
-/* The CPU's half paths through oneDNN (plugin/cpu/onednn.c: convolutions,
+/* The CPU's half paths through oneDNN (plugin/cpu/onednn_*.c: convolutions,
  * deconvolutions, inner products for connected layers and the connected
  * sub-layers of rnn, gru and lstm) keep every rounding point of the exact
  * emulation (plugin/cpu/emulated.c), the numerics reference: in float16

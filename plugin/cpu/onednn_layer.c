@@ -19,6 +19,11 @@
  * update and load), not per call. Primitives are made for the layer's shape
  * and remade when darknet resizes the network (random=1) or changes the
  * batch.
+ *
+ * This file: a layer's forward and backward as darknet calls them, with the
+ * float32 tails, the fall-backs to the emulation, the label, install and
+ * free. The passes are in onednn_pass.c, the primitives in
+ * onednn_direct.c and onednn_matmul.c, the choice of form in onednn_form.c.
  */
 #include "onednn.h"
 
@@ -48,111 +53,6 @@ static double layer_macs(const layer *l)
     if (l->type == DECONVOLUTIONAL)
         return (double)l->batch * l->h * l->w * l->c * l->n * l->size * l->size;
     return (double)l->batch * l->out_h * l->out_w * l->n * (l->c / l->groups) * l->size * l->size;
-}
-
-/* Half numerics on float32 kernels (d->rounded): n float32 values at p
- * rounded in place, at rounding point point. counts: amp_network_flushed's,
- * for the incoming gradient. */
-static void round_values(amp_layer *al, const amp_dnnl_conv *d, amp_round_point point, float *p,
-                         size_t n, int counts)
-{
-    amp_net *an = al->owner;
-    if (d->rounded == AMP_DTYPE_FLOAT32 || !p || cpu_net_of(an)->unrounded >> point & 1u) return;
-    cpu_net *cn = cpu_net_of(an);
-    amp_cpu_round_half(d->rounded, p, n, counts ? &cn->grad_nonzero : NULL, &cn->grad_flushed);
-}
-
-/* The same for an owned buffer (a oneDNN layout, its padding included: zeros
- * stay zeros). */
-void amp_dnnl_round_half(amp_layer *al, const amp_dnnl_conv *d, amp_round_point point,
-                       const dmem *m, int counts)
-{
-    void *p = NULL;
-    if (dnnl_memory_get_data_handle(m->m, &p) != dnnl_success) return;
-    round_values(al, d, point, p, dnnl_memory_desc_get_size(&m->md) / sizeof(float), counts);
-}
-
-/* The half copy of the weights in one layout, refreshed when they changed. */
-static amp_status weights_for(amp_layer *al, amp_dnnl_conv *d, const layer *l,
-                              dnnl_primitive_t r, dmem *dst, unsigned long *version)
-{
-    if (*version == al->owner->weights_version) return AMP_OK;
-    amp_dnnl_set(&d->w_user, l->weights);
-    AMP_FORWARD_IF_ERROR(amp_dnnl_run_reorder(al, r, &d->w_user, dst));
-    amp_dnnl_round_half(al, d, AMP_ROUND_W, dst, 0);
-    *version = al->owner->weights_version;
-    return AMP_OK;
-}
-
-/* The input, in oneDNN's layout (rounded for float16) and, in the matmul
- * form, unrolled into windows. */
-static amp_status input_for(amp_layer *al, amp_dnnl_conv *d, const float *input)
-{
-    amp_dnnl_set(&d->x_user, (void *)input);
-    AMP_FORWARD_IF_ERROR(amp_dnnl_run_reorder(al, d->r_x, &d->x_user, &d->x));
-    amp_dnnl_round_half(al, d, AMP_ROUND_X, &d->x, 0);
-    if (d->matmul)
-        amp_im2col_nhwc(amp_dnnl_data_of(&d->x), amp_dnnl_data_of(&d->mm.col), d->dt == dnnl_bf16 ? 2 : 4,
-                        &d->mm.shape);
-    return AMP_OK;
-}
-
-/* The convolution or GEMM of a forward into l->output, half-rounded; no tail. */
-amp_status amp_dnnl_forward_core(amp_layer *al, amp_dnnl_conv *d, const layer *l, const float *input)
-{
-    amp_dnnl_set(&d->y_user, l->output);
-    AMP_FORWARD_IF_ERROR(weights_for(al, d, l, d->r_w_fwd, &d->w_fwd, &d->w_fwd_version));
-    AMP_FORWARD_IF_ERROR(input_for(al, d, input));
-    dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, d->matmul ? d->mm.col.m : d->x.m},
-                            {DNNL_ARG_WEIGHTS, d->matmul ? d->mm.w_t.m : d->w_fwd.m},
-                            {DNNL_ARG_DST, d->y.m}};
-    AMP_FORWARD_IF_ERROR(amp_dnnl_run(al, d->fwd, 3, a));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_run_reorder(al, d->r_y, d->matmul ? &d->mm.y4 : &d->y, &d->y_user));
-    round_values(al, d, AMP_ROUND_Y, l->output, (size_t)l->outputs * l->batch, 0);
-    return AMP_OK;
-}
-
-/* The weight and data gradients through oneDNN, added into darknet's arrays. */
-amp_status amp_dnnl_gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network net)
-{
-    amp_dnnl_set(&d->dy_user, l.delta);
-    amp_dnnl_set(&d->dw_user, l.weight_updates);
-    AMP_FORWARD_IF_ERROR(amp_dnnl_run_reorder(al, d->r_dy_bw, &d->dy_user, &d->dy_bw));
-    amp_dnnl_round_half(al, d, AMP_ROUND_DY, &d->dy_bw, 1);
-    /* a recurrent sub-layer: the input is the last time step's */
-    if (al->sub) AMP_FORWARD_IF_ERROR(input_for(al, d, net.input));
-    if (d->r_x_bw) AMP_FORWARD_IF_ERROR(amp_dnnl_run_reorder(al, d->r_x_bw, &d->x, &d->x_bw));
-    dnnl_exec_arg_t w[3] = {{DNNL_ARG_SRC, d->x_bw.m}, {DNNL_ARG_DIFF_DST, d->dy_bw.m},
-                            {DNNL_ARG_DIFF_WEIGHTS, d->dw.m}};
-    if (d->matmul) { /* dW = dy^T col */
-        w[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, d->mm.dy_t.m};
-        w[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, d->mm.col.m};
-        w[2] = (dnnl_exec_arg_t){DNNL_ARG_DST, d->dw.m};
-    }
-    AMP_FORWARD_IF_ERROR(amp_dnnl_run(al, d->bwd_weights, 3, w));
-    amp_dnnl_round_half(al, d, AMP_ROUND_DW, &d->dw, 0);
-    AMP_FORWARD_IF_ERROR(amp_dnnl_run_reorder(al, d->r_dw, d->matmul ? &d->mm.dw4 : &d->dw, &d->dw_user));
-    if (!net.delta) return AMP_OK;
-    amp_dnnl_set(&d->dx_user, net.delta);
-    const dmem *dx = &d->dx;
-    if (d->matmul) {
-        AMP_FORWARD_IF_ERROR(
-            weights_for(al, d, &l, d->r_w_fwd, &d->w_fwd, &d->w_fwd_version));
-        AMP_FORWARD_IF_ERROR(amp_dnnl_mm_data_gradient(al, d, &dx));
-    } else {
-        if (d->r_dy_bd) {
-            AMP_FORWARD_IF_ERROR(amp_dnnl_run_reorder(al, d->r_dy_bd, &d->dy_user, &d->dy_bd));
-            amp_dnnl_round_half(al, d, AMP_ROUND_DY, &d->dy_bd, 0);
-        }
-        AMP_FORWARD_IF_ERROR(weights_for(al, d, &l, d->r_w_bwd ? d->r_w_bwd : d->r_w_fwd,
-                                         &d->w_bwd,
-                                         d->r_w_bwd ? &d->w_bwd_version : &d->w_fwd_version));
-        dnnl_exec_arg_t b[3] = {{DNNL_ARG_DIFF_DST, d->dy_bd.m}, {DNNL_ARG_WEIGHTS, d->w_bwd.m},
-                                {DNNL_ARG_DIFF_SRC, d->dx.m}};
-        AMP_FORWARD_IF_ERROR(amp_dnnl_run(al, d->bwd_data, 3, b));
-        amp_dnnl_round_half(al, d, AMP_ROUND_DX, &d->dx, 0);
-    }
-    return amp_dnnl_run_reorder(al, d->r_dx, dx, &d->dx_user);
 }
 
 /* The layer's label for what was built: the form ("im2col + matmul") and,

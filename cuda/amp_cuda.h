@@ -1,9 +1,9 @@
 /* The GPU backend's kernels, as C-callable launchers. Every launcher takes the
  * stream to run on and returns AMP_OK, or AMP_ERR_DEVICE with "call failed at
- * file:line: why" in err (cuda_check.h). Element math lives in plugin/math/half_format.h (conversions),
- * plugin/math/grad_math.h (unscale and check) and plugin/math/scale_rule.h (the scale
- * update), compiled for host and device alike, so the host tests exercise the
- * GPU's arithmetic.
+ * file:line: why" in err (cuda_check.h). Element math lives in plugin/math/half_format.h
+ * (conversions), plugin/math/grad_math.h (unscale and check) and plugin/math/scale_rule.h (the
+ * scale update), compiled for host and device alike, so the host tests exercise the GPU's
+ * arithmetic.
  *
  * Multi-tensor operations work on a table of spans (pointer pairs and a
  * length, in device memory) cut into chunks of AMP_MT_CHUNK elements: one

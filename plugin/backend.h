@@ -42,9 +42,9 @@ struct amp_backend_ops {
     /* Called for every layer at attach, al->precision set by the policy and
      * al->forward/backward/update by the slots: the backend may point
      * forward/backward at its own implementation (a half path), set
-     * al->label (what runs it, in the backend's words), install sub-layers, or change al->precision (a half layer it cannot run
-     * becomes AMP_PRECISION_FALLBACK, with a line on stderr where that is
-     * news). AMP_OK also when the layer stays darknet's. */
+     * al->label (what runs it, in the backend's words), install sub-layers, or change al->precision
+     * (a half layer it cannot run becomes AMP_PRECISION_FALLBACK, with a line on stderr where that
+     * is news). AMP_OK also when the layer stays darknet's. */
     amp_status (*layer_install)(amp_layer *al, layer *l, char *err, size_t errlen);
     /* Frees what layer_install made for al (its sub-layers included). */
     void (*layer_free)(amp_layer *al);

@@ -40,7 +40,11 @@ struct amp_scaler {
 };
 
 /* What a parameter gradient is the gradient of. */
-typedef enum amp_tensor_kind { AMP_TENSOR_WEIGHTS, AMP_TENSOR_BIASES, AMP_TENSOR_SCALES } amp_tensor_kind;
+typedef enum amp_tensor_kind {
+    AMP_TENSOR_WEIGHTS,
+    AMP_TENSOR_BIASES,
+    AMP_TENSOR_SCALES
+} amp_tensor_kind;
 
 /* One parameter gradient: a *_updates array, which darknet also uses as the
  * momentum history. src is the layer (or sub-layer) whose arrays these are:

@@ -71,14 +71,16 @@ void amp_policy_print(const amp_net *an, FILE *out)
     int width = 28; /* the names' column: the longest name's width */
     for (int i = 0; i < n; ++i) {
         char buf[96];
-        const int len = (int)strlen(kind_name(&an->layers[i], an->scaler->opt.dtype, buf, sizeof buf));
+        const int len =
+            (int)strlen(kind_name(&an->layers[i], an->scaler->opt.dtype, buf, sizeof buf));
         if (len > width) width = len;
     }
     for (int p = 0; p < AMP_PRECISION_COUNT; ++p)
         for (int first = 0; first < n; ++first) {
             char buf[96];
             if ((int)an->layers[first].precision != p) continue;
-            const char *name = kind_name(&an->layers[first], an->scaler->opt.dtype, buf, sizeof buf);
+            const char *name =
+                kind_name(&an->layers[first], an->scaler->opt.dtype, buf, sizeof buf);
             int seen = 0; /* on an earlier layer's line */
             for (int i = 0; i < first && !seen; ++i) seen = is_kind(an, i, p, name);
             if (seen) continue;

@@ -241,7 +241,8 @@ void amp_step_settled(amp_net *an, const amp_step_outcome *o)
         amp_describe_tensor(an, o->bad_tensor, an->bad, sizeof an->bad);
         if (o->take_back_t) *an->net->t -= 1;
         if (!s->pending_inf) snprintf(s->first_bad, sizeof s->first_bad, "%s", an->bad);
-        fprintf(stderr, "amp: step %llu skipped: non-finite gradient, first in %s (loss scale %g)\n",
+        fprintf(stderr,
+                "amp: step %llu skipped: non-finite gradient, first in %s (loss scale %g)\n",
                 o->seq, an->bad, o->batch_scale);
     }
     const float before = s->state.scale;

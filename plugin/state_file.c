@@ -500,8 +500,9 @@ amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_
     close(fd);
 
     if (n < SF_HEADER_SIZE) {
-        amp_errorf(err, errlen, "state file %s: truncated: %zu bytes, shorter than the %d-byte header",
-                path, n, SF_HEADER_SIZE);
+        amp_errorf(err, errlen,
+                   "state file %s: truncated: %zu bytes, shorter than the %d-byte header", path, n,
+                   SF_HEADER_SIZE);
         return AMP_ERR_FORMAT;
     }
     if (memcmp(buf, SF_MAGIC, SF_MAGIC_SIZE) != 0) {

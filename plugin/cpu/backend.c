@@ -327,7 +327,8 @@ static void describe(const amp_net *an, FILE *out)
     for (int i = 0; i < an->net->n; ++i) {
         const amp_layer *al = &an->layers[i];
         double td, tm;
-        if (al->precision != AMP_PRECISION_HALF || amp_cpu_layer_runner(al) != AMP_CPU_RUNS_ONEDNN ||
+        if (al->precision != AMP_PRECISION_HALF ||
+            amp_cpu_layer_runner(al) != AMP_CPU_RUNS_ONEDNN ||
             an->net->layers[i].type != CONVOLUTIONAL)
             continue;
         const int mm = amp_onednn_form(cpu_layer_of(al), &td, &tm);

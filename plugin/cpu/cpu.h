@@ -179,9 +179,9 @@ void amp_im2col_nhwc(const void *x, void *col, size_t elt, const amp_conv_shape 
  * input position the sum of the window columns that read it. */
 void amp_col2im_nhwc(const float *dcol, float *dx, const amp_conv_shape *s);
 
-/* onednn_layer.c (onednn_none.c without oneDNN): l (a convolutional, deconvolutional or connected layer, or a
- * recurrent layer's connected sub-layer) through oneDNN into al, or why not
- * (dtype float32 runs the same primitives in float32). */
+/* onednn_layer.c (onednn_none.c without oneDNN): l (a convolutional, deconvolutional or connected
+ * layer, or a recurrent layer's connected sub-layer) through oneDNN into al, or why not (dtype
+ * float32 runs the same primitives in float32). */
 amp_status amp_onednn_install(amp_layer *al, layer *l, amp_dtype dtype, char *why,
                               size_t whylen);
 void amp_onednn_free(cpu_layer *c);

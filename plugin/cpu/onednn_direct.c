@@ -23,14 +23,17 @@ static amp_status conv_memories(amp_dnnl_conv *d, dnnl_engine_t e, const dnnl_me
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(&d->dx_user, ux, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->x, MD(fpd, dnnl_query_src_md), e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->y, MD(fpd, dnnl_query_dst_md), e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->w_fwd, MD(fpd, dnnl_query_weights_md), e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->dy_bw, MD(wpd, dnnl_query_diff_dst_md), e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->dw, MD(wpd, dnnl_query_diff_weights_md), e, why, whylen));
+    AMP_FORWARD_IF_ERROR(
+        amp_dnnl_mem_own(&d->w_fwd, MD(fpd, dnnl_query_weights_md), e, why, whylen));
+    AMP_FORWARD_IF_ERROR(
+        amp_dnnl_mem_own(&d->dy_bw, MD(wpd, dnnl_query_diff_dst_md), e, why, whylen));
+    AMP_FORWARD_IF_ERROR(
+        amp_dnnl_mem_own(&d->dw, MD(wpd, dnnl_query_diff_weights_md), e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->dx, MD(dpd, dnnl_query_diff_src_md), e, why, whylen));
-    AMP_FORWARD_IF_ERROR(
-        amp_dnnl_mem_alias_or_own(&d->w_bwd, &d->w_fwd, MD(dpd, dnnl_query_weights_md), e, why, whylen));
-    AMP_FORWARD_IF_ERROR(
-        amp_dnnl_mem_alias_or_own(&d->dy_bd, &d->dy_bw, MD(dpd, dnnl_query_diff_dst_md), e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_alias_or_own(&d->w_bwd, &d->w_fwd,
+                                                   MD(dpd, dnnl_query_weights_md), e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_alias_or_own(
+        &d->dy_bd, &d->dy_bw, MD(dpd, dnnl_query_diff_dst_md), e, why, whylen));
     AMP_FORWARD_IF_ERROR(
         amp_dnnl_mem_alias_or_own(&d->x_bw, &d->x, MD(wpd, dnnl_query_src_md), e, why, whylen));
 #undef MD
@@ -41,9 +44,11 @@ static amp_status conv_memories(amp_dnnl_conv *d, dnnl_engine_t e, const dnnl_me
     AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_dw, &d->dw, &d->dw_user, 1, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_dx, &d->dx, &d->dx_user, 1, e, why, whylen));
     if (d->w_bwd.m != d->w_fwd.m)
-        AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_w_bwd, &d->w_user, &d->w_bwd, 0, e, why, whylen));
+        AMP_FORWARD_IF_ERROR(
+            amp_dnnl_reorder(&d->r_w_bwd, &d->w_user, &d->w_bwd, 0, e, why, whylen));
     if (d->dy_bd.m != d->dy_bw.m)
-        AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_dy_bd, &d->dy_user, &d->dy_bd, 0, e, why, whylen));
+        AMP_FORWARD_IF_ERROR(
+            amp_dnnl_reorder(&d->r_dy_bd, &d->dy_user, &d->dy_bd, 0, e, why, whylen));
     if (d->x_bw.m != d->x.m)
         AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_x_bw, &d->x, &d->x_bw, 0, e, why, whylen));
     return AMP_OK;
@@ -67,9 +72,9 @@ static amp_status conv_primitives(amp_dnnl_conv *d, dnnl_engine_t e, const layer
                         l->stride);
     const char *type = d->dt == dnnl_bf16 ? "bfloat16" : "float32";
     dnnl_convolution_desc_t cd, dd, wd;
-    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_convolution_forward_desc_init(
-        &cd, dnnl_forward_training, dnnl_convolution_direct, ax, aw, NULL, ay, strides, pad_l,
-        pad_r)));
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(
+        dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct, ax,
+                                           aw, NULL, ay, strides, pad_l, pad_r)));
     AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_primitive_desc_create(fpd, &cd, NULL, e, NULL)));
     AMP_RETURN_ERROR_IF(dnnl_convolution_backward_data_desc_init(&dd, dnnl_convolution_direct, ax,
                                                                  aw, ay, strides, pad_l,
@@ -121,7 +126,7 @@ static amp_status build_end(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, a
 /* Makes every primitive and buffer for l's current shape, or says why oneDNN
  * cannot (the caller falls back to the emulation). */
 amp_status amp_dnnl_conv_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, char *why,
-                             size_t whylen)
+                               size_t whylen)
 {
     const dnnl_data_type_t dt = d->dt, f32 = dnnl_f32;
     const int g = l->groups;
@@ -137,7 +142,8 @@ amp_status amp_dnnl_conv_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l
     amp_dnnl_md_any(&ax, 4, xd, dt);
     amp_dnnl_md_any(&ay, 4, yd, dt);
     amp_dnnl_md_any(&aw, wnd, g > 1 ? wgd : wd, dt);
-    amp_dnnl_md_any(&adw, wnd, g > 1 ? wgd : wd, dt); /* the weight gradient in the half dtype, as a GPU */
+    /* the weight gradient in the half dtype, as a GPU */
+    amp_dnnl_md_any(&adw, wnd, g > 1 ? wgd : wd, dt);
     dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
     amp_status st = conv_primitives(d, e, l, &ax, &aw, &ay, &adw, &fpd, &dpd, &wpd, why, whylen);
     return build_end(d, e, l, st, &ux, &uy, &uw, fpd, dpd, wpd, why, whylen);
@@ -159,7 +165,7 @@ amp_status amp_dnnl_conv_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l
  * backward-data (dx = dy W) and backward-weights (dW = dy^T x) are darknet's
  * three GEMMs. A recurrent layer's connected sub-layers are these too. */
 amp_status amp_dnnl_gemm_layer_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, char *why,
-                                   size_t whylen)
+                                     size_t whylen)
 {
     const dnnl_data_type_t dt = d->dt, f32 = dnnl_f32;
     const int ip = l->type == CONNECTED, nd = ip ? 2 : 4;
@@ -174,12 +180,12 @@ amp_status amp_dnnl_gemm_layer_build(amp_dnnl_conv *d, dnnl_engine_t e, const la
         memcpy(wd, w4, sizeof wd);
     }
     dnnl_memory_desc_t ux, uy, uw, ax, ay, aw, adw;
-    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(
-        dnnl_memory_desc_init_by_tag(&ux, nd, xd, f32, ip ? dnnl_nc : dnnl_nchw)));
-    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(
-        dnnl_memory_desc_init_by_tag(&uy, nd, yd, f32, ip ? dnnl_nc : dnnl_nchw)));
-    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(
-        dnnl_memory_desc_init_by_tag(&uw, nd, wd, f32, ip ? dnnl_oi : dnnl_iohw)));
+    AMP_FORWARD_IF_ERROR(
+        AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&ux, nd, xd, f32, ip ? dnnl_nc : dnnl_nchw)));
+    AMP_FORWARD_IF_ERROR(
+        AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&uy, nd, yd, f32, ip ? dnnl_nc : dnnl_nchw)));
+    AMP_FORWARD_IF_ERROR(
+        AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&uw, nd, wd, f32, ip ? dnnl_oi : dnnl_iohw)));
     amp_dnnl_md_any(&ax, nd, xd, dt);
     amp_dnnl_md_any(&ay, nd, yd, dt);
     amp_dnnl_md_any(&aw, nd, wd, dt);

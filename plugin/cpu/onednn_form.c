@@ -40,7 +40,8 @@ static double time_once(amp_layer *al, amp_dnnl_conv *d, const layer *l, float *
     t.weight_updates = t.weights + l->nweights;
     d->w_fwd_version = d->w_bwd_version = al->owner->weights_version + 1;
     const double t0 = amp_clock();
-    const int ok = amp_dnnl_forward_core(al, d, &t, n.input) == AMP_OK && amp_dnnl_gradients(al, d, t, n) == AMP_OK;
+    const int ok = amp_dnnl_forward_core(al, d, &t, n.input) == AMP_OK &&
+                   amp_dnnl_gradients(al, d, t, n) == AMP_OK;
     const double dt = amp_clock() - t0;
     d->w_fwd_version = d->w_bwd_version = 0;
     return ok ? dt : -1;
@@ -127,12 +128,13 @@ static amp_status choose(amp_layer *al, amp_dnnl_conv *d, const layer *l, amp_st
 /* The primitives of l's kind for its current shape; a convolution in the
  * form DARKNET_AMP_CONV asks for, or chose before for this shape. */
 amp_status amp_dnnl_layer_build(amp_layer *al, amp_dnnl_conv *d, const layer *l, char *why,
-                              size_t whylen)
+                                size_t whylen)
 {
     const cpu_net *cn = cpu_net_of(al->owner);
     const dnnl_engine_t e = cn->dnnl->engine;
     if (l->type != CONVOLUTIONAL) return amp_dnnl_gemm_layer_build(d, e, l, why, whylen);
-    if (cn->conv_form == AMP_CONV_MATMUL && l->groups == 1) return amp_dnnl_mm_build(d, e, l, why, whylen);
+    if (cn->conv_form == AMP_CONV_MATMUL && l->groups == 1)
+        return amp_dnnl_mm_build(d, e, l, why, whylen);
     if (cn->conv_form == AMP_CONV_AUTO)
         for (int i = 0; i < d->choice.n; ++i)
             if (d->choice.shape[i].batch == l->batch && d->choice.shape[i].h == l->h &&

@@ -58,7 +58,8 @@ static amp_status mm_parts(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, ch
     AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&uw, 4, wd, f32, dnnl_oihw)));
     dmem *users[] = {&d->x_user, &d->y_user, &d->w_user, &d->dy_user, &d->dw_user, &d->dx_user};
     const dnnl_memory_desc_t *umd[] = {&ux, &uy, &uw, &uy, &uw, &ux};
-    for (int i = 0; i < 6; ++i) AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(users[i], umd[i], e, why, whylen));
+    for (int i = 0; i < 6; ++i)
+        AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(users[i], umd[i], e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->x, 4, xd, dt, dnnl_nhwc, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->w_fwd, 4, wd, dt, dnnl_oihw, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->dy_bw, 4, yd, dt, dnnl_nhwc, e, why, whylen));
@@ -67,7 +68,8 @@ static amp_status mm_parts(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, ch
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->dw, 2, nk, dt, dnnl_ab, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&m->dcol, 2, pk, f32, dnnl_ab, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&m->dxa, 4, xd, f32, dnnl_nhwc, e, why, whylen));
-    if (dt != f32) AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&m->dxh, 4, xd, dt, dnnl_nhwc, e, why, whylen));
+    if (dt != f32)
+        AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&m->dxh, 4, xd, dt, dnnl_nhwc, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_matrix_on(&m->w_t, K, N, 1, &d->w_fwd, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_matrix_on(&m->w_nk, N, K, 0, &d->w_fwd, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_matrix_on(&m->dy_t, N, P, 1, &d->dy_bw, e, why, whylen));
@@ -86,7 +88,8 @@ static amp_status mm_parts(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, ch
     AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_dy_bw, &d->dy_user, &d->dy_bw, 0, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_dw, &m->dw4, &d->dw_user, 1, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_dx, dx, &d->dx_user, 1, e, why, whylen));
-    if (dt != f32) AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&m->r_dxh, &m->dxa, &m->dxh, 0, e, why, whylen));
+    if (dt != f32)
+        AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&m->r_dxh, &m->dxa, &m->dxh, 0, e, why, whylen));
     m->shape = (amp_conv_shape){l->batch, l->h, l->w, l->c, l->out_h, l->out_w,
                                 l->size, l->stride, l->pad};
     return AMP_OK;
@@ -94,7 +97,7 @@ static amp_status mm_parts(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, ch
 
 /* The matmul form for l's current shape, or why not (everything released). */
 amp_status amp_dnnl_mm_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, char *why,
-                           size_t whylen)
+                             size_t whylen)
 {
     AMP_RETURN_ERROR_IF(l->type != CONVOLUTIONAL || l->groups != 1, AMP_ERR_INVALID, why, whylen,
                         "im2col + matmul: not an ungrouped convolution");

@@ -96,14 +96,14 @@ void amp_dnnl_release(amp_dnnl_conv *d)
 
 /* A view of a darknet array (no storage), or oneDNN-owned storage. */
 amp_status amp_dnnl_mem_view(dmem *m, const dnnl_memory_desc_t *md, dnnl_engine_t e, char *why,
-                           size_t whylen)
+                             size_t whylen)
 {
     m->md = *md;
     return AMP_DNNL_CHECK(dnnl_memory_create(&m->m, md, e, DNNL_MEMORY_NONE));
 }
 
 amp_status amp_dnnl_mem_own(dmem *m, const dnnl_memory_desc_t *md, dnnl_engine_t e, char *why,
-                          size_t whylen)
+                            size_t whylen)
 {
     m->md = *md;
     return AMP_DNNL_CHECK(dnnl_memory_create(&m->m, md, e, DNNL_MEMORY_ALLOCATE));
@@ -112,7 +112,7 @@ amp_status amp_dnnl_mem_own(dmem *m, const dnnl_memory_desc_t *md, dnnl_engine_t
 /* dst takes src's storage when their layouts agree (no reorder needed), or
  * storage of its own. */
 amp_status amp_dnnl_mem_alias_or_own(dmem *dst, const dmem *src, const dnnl_memory_desc_t *md,
-                                   dnnl_engine_t e, char *why, size_t whylen)
+                                     dnnl_engine_t e, char *why, size_t whylen)
 {
     if (dnnl_memory_desc_equal(&src->md, md)) {
         dst->md = *md;
@@ -124,7 +124,7 @@ amp_status amp_dnnl_mem_alias_or_own(dmem *dst, const dmem *src, const dnnl_memo
 
 /* A reorder from src to dst, adding into dst (sum post-op) when add. */
 amp_status amp_dnnl_reorder(dnnl_primitive_t *out, const dmem *src, const dmem *dst, int add,
-                          dnnl_engine_t e, char *why, size_t whylen)
+                            dnnl_engine_t e, char *why, size_t whylen)
 {
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t ops = NULL;
@@ -171,7 +171,7 @@ void *amp_dnnl_data_of(const dmem *m)
 
 /* oneDNN-owned storage of dims and tag. */
 amp_status amp_dnnl_mem_tag(dmem *m, int nd, const dnnl_dims_t dims, dnnl_data_type_t dt,
-                          dnnl_format_tag_t tag, dnnl_engine_t e, char *why, size_t whylen)
+                            dnnl_format_tag_t tag, dnnl_engine_t e, char *why, size_t whylen)
 {
     dnnl_memory_desc_t md;
     AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md, nd, dims, dt, tag)));
@@ -180,7 +180,7 @@ amp_status amp_dnnl_mem_tag(dmem *m, int nd, const dnnl_dims_t dims, dnnl_data_t
 
 /* m: owner's storage seen as md. */
 amp_status amp_dnnl_mem_view_on(dmem *m, const dnnl_memory_desc_t *md, const dmem *owner,
-                              dnnl_engine_t e, char *why, size_t whylen)
+                                dnnl_engine_t e, char *why, size_t whylen)
 {
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(m, md, e, why, whylen));
     return AMP_DNNL_CHECK(dnnl_memory_set_data_handle(m->m, amp_dnnl_data_of(owner)));
@@ -189,7 +189,7 @@ amp_status amp_dnnl_mem_view_on(dmem *m, const dnnl_memory_desc_t *md, const dme
 /* m: owner's storage as a rows x cols matrix, row-major or, transposed, the
  * owner's cols x rows matrix read by columns. */
 amp_status amp_dnnl_mem_matrix_on(dmem *m, dnnl_dim_t rows, dnnl_dim_t cols, int transposed,
-                                const dmem *owner, dnnl_engine_t e, char *why, size_t whylen)
+                                  const dmem *owner, dnnl_engine_t e, char *why, size_t whylen)
 {
     const dnnl_dims_t dims = {rows, cols};
     const dnnl_dims_t strides = {transposed ? 1 : cols, transposed ? rows : 1};

@@ -22,7 +22,7 @@ static void round_values(amp_layer *al, const amp_dnnl_conv *d, amp_round_point 
 /* The same for an owned buffer (a oneDNN layout, its padding included: zeros
  * stay zeros). */
 static void amp_dnnl_round_half(amp_layer *al, const amp_dnnl_conv *d, amp_round_point point,
-                       const dmem *m, int counts)
+                                const dmem *m, int counts)
 {
     void *p = NULL;
     if (dnnl_memory_get_data_handle(m->m, &p) != dnnl_success) return;
@@ -49,13 +49,14 @@ static amp_status input_for(amp_layer *al, amp_dnnl_conv *d, const float *input)
     AMP_FORWARD_IF_ERROR(amp_dnnl_run_reorder(al, d->r_x, &d->x_user, &d->x));
     amp_dnnl_round_half(al, d, AMP_ROUND_X, &d->x, 0);
     if (d->matmul)
-        amp_im2col_nhwc(amp_dnnl_data_of(&d->x), amp_dnnl_data_of(&d->mm.col), d->dt == dnnl_bf16 ? 2 : 4,
-                        &d->mm.shape);
+        amp_im2col_nhwc(amp_dnnl_data_of(&d->x), amp_dnnl_data_of(&d->mm.col),
+                        d->dt == dnnl_bf16 ? 2 : 4, &d->mm.shape);
     return AMP_OK;
 }
 
 /* The convolution or GEMM of a forward into l->output, half-rounded; no tail. */
-amp_status amp_dnnl_forward_core(amp_layer *al, amp_dnnl_conv *d, const layer *l, const float *input)
+amp_status amp_dnnl_forward_core(amp_layer *al, amp_dnnl_conv *d, const layer *l,
+                                 const float *input)
 {
     amp_dnnl_set(&d->y_user, l->output);
     AMP_FORWARD_IF_ERROR(weights_for(al, d, l, d->r_w_fwd, &d->w_fwd, &d->w_fwd_version));
@@ -64,7 +65,8 @@ amp_status amp_dnnl_forward_core(amp_layer *al, amp_dnnl_conv *d, const layer *l
                             {DNNL_ARG_WEIGHTS, d->matmul ? d->mm.w_t.m : d->w_fwd.m},
                             {DNNL_ARG_DST, d->y.m}};
     AMP_FORWARD_IF_ERROR(amp_dnnl_run(al, d->fwd, 3, a));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_run_reorder(al, d->r_y, d->matmul ? &d->mm.y4 : &d->y, &d->y_user));
+    AMP_FORWARD_IF_ERROR(
+        amp_dnnl_run_reorder(al, d->r_y, d->matmul ? &d->mm.y4 : &d->y, &d->y_user));
     round_values(al, d, AMP_ROUND_Y, l->output, (size_t)l->outputs * l->batch, 0);
     return AMP_OK;
 }
@@ -107,7 +109,8 @@ amp_status amp_dnnl_gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network 
     }
     AMP_FORWARD_IF_ERROR(amp_dnnl_run(al, d->bwd_weights, 3, w));
     amp_dnnl_round_half(al, d, AMP_ROUND_DW, &d->dw, 0);
-    AMP_FORWARD_IF_ERROR(amp_dnnl_run_reorder(al, d->r_dw, d->matmul ? &d->mm.dw4 : &d->dw, &d->dw_user));
+    AMP_FORWARD_IF_ERROR(
+        amp_dnnl_run_reorder(al, d->r_dw, d->matmul ? &d->mm.dw4 : &d->dw, &d->dw_user));
     if (!net.delta) return AMP_OK;
     amp_dnnl_set(&d->dx_user, net.delta);
     const dmem *dx = &d->dx;

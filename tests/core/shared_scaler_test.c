@@ -58,7 +58,8 @@ int main(int argc, char **argv)
     amp_status st = amp_update(s, err, sizeof err);
     CHECK(st == AMP_ERR_STATE, "amp_update before any step: %s: \"%s\"", amp_status_name(st), err);
     st = amp_step(s, a, err, sizeof err);
-    CHECK(st == AMP_ERR_STATE, "amp_step before any backward: %s: \"%s\"", amp_status_name(st), err);
+    CHECK(st == AMP_ERR_STATE, "amp_step before any backward: %s: \"%s\"", amp_status_name(st),
+          err);
 
     float scale0 = amp_scaler_get_scale(s);
     for (int it = 1; it <= 3; ++it) {
@@ -68,12 +69,14 @@ int main(int argc, char **argv)
         st = amp_unscale(s, a, err, sizeof err);
         CHECK(st == AMP_OK, "iteration %d: unscale A", it);
         st = amp_unscale(s, a, err, sizeof err);
-        CHECK(st == AMP_ERR_STATE, "iteration %d: a second unscale of A before its step: %s: \"%s\"",
-              it, amp_status_name(st), err);
+        CHECK(st == AMP_ERR_STATE,
+              "iteration %d: a second unscale of A before its step: %s: \"%s\"", it,
+              amp_status_name(st), err);
         CHECK(amp_step(s, a, err, sizeof err) == AMP_OK, "iteration %d: step A", it);
-        CHECK(amp_step(s, b, err, sizeof err) == AMP_OK, "iteration %d: step B (unscales itself)", it);
-        CHECK(amp_scaler_get_scale(s) == before, "iteration %d: steps leave the scale to amp_update",
+        CHECK(amp_step(s, b, err, sizeof err) == AMP_OK, "iteration %d: step B (unscales itself)",
               it);
+        CHECK(amp_scaler_get_scale(s) == before,
+              "iteration %d: steps leave the scale to amp_update", it);
         CHECK(amp_update(s, err, sizeof err) == AMP_OK, "iteration %d: one update", it);
         int skip_a = amp_step_skipped(s, a), skip_b = amp_step_skipped(s, b);
         float after = amp_scaler_get_scale(s);

@@ -79,7 +79,8 @@ int main(void)
         }
         for (int isa = (int)amp_cpu_isa_used(); isa >= 0; --isa) {
             /* each variant once: the widest one asked for, then the narrower ones */
-            const amp_cpu_isa ran = amp_cpu_round_half_at((amp_cpu_isa)isa, dts[k], NULL, 0, NULL, NULL);
+            const amp_cpu_isa ran =
+                amp_cpu_round_half_at((amp_cpu_isa)isa, dts[k], NULL, 0, NULL, NULL);
             if (isa < (int)amp_cpu_isa_used() &&
                 amp_cpu_round_half_at((amp_cpu_isa)isa + 1, dts[k], NULL, 0, NULL, NULL) == ran)
                 continue;

@@ -83,7 +83,8 @@ static void conversions(void)
             float want = bf ? amp_bf16_to_f32(h[i]) : amp_f16_to_f32(h[i]);
             bad += amp_f32_bits(got[i]) != amp_f32_bits(want);
         }
-        CHECK(bad == 0, "%s -> float32 on the device, all 65536 patterns: %zu differ from half_format.h",
+        CHECK(bad == 0,
+              "%s -> float32 on the device, all 65536 patterns: %zu differ from half_format.h",
               bf ? "bfloat16" : "float16", bad);
     }
     cudaFree(dh);
@@ -231,7 +232,8 @@ static void unscale_check(void)
     for (int k = 0; k < nt; ++k) {
         std::vector<float> gx(sizes[k]);
         CUDA(cudaMemcpy(gx.data(), spans[k].x, sizes[k] * 4, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < sizes[k]; ++i) bad += amp_f32_bits(gx[i]) != amp_f32_bits(host[k][i]);
+        for (size_t i = 0; i < sizes[k]; ++i)
+            bad += amp_f32_bits(gx[i]) != amp_f32_bits(host[k][i]);
     }
     CHECK(untouched && bad == 0, "gated copy: flag 0 changes nothing (%s), flag 1 restores every "
           "tensor (%zu differ)", untouched ? "yes" : "no", bad);
@@ -343,7 +345,8 @@ static void clip(void)
         size_t bad = 0;
         for (size_t i = 0; i < n; ++i) {
             float want = amp_clip_scaled(x[i], scales[k]);
-            bad += !(amp_f32_bits(got[i]) == amp_f32_bits(want) || (want != want && got[i] != got[i]));
+            bad +=
+                !(amp_f32_bits(got[i]) == amp_f32_bits(want) || (want != want && got[i] != got[i]));
         }
         CHECK(bad == 0, "gradient clip at S = %g on the device, %zu patterns: %zu differ from "
               "grad_math.h", scales[k], n, bad);

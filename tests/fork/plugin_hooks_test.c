@@ -141,13 +141,15 @@ int main(int argc, char **argv)
     hooks.ctx = &r;
     err[0] = 0;
     net = parse_network_cfg_checked(cfg, err, sizeof err);
-    CHECK(net == NULL && strstr(err, "layer 3 rejected"), "a layer hook's refusal is returned: \"%s\"", err);
-    CHECK(r.parsed == 0 && r.layer_options == 4, "parsing stopped at the refused layer (%d layers seen)",
-          r.layer_options);
+    CHECK(net == NULL && strstr(err, "layer 3 rejected"),
+          "a layer hook's refusal is returned: \"%s\"", err);
+    CHECK(r.parsed == 0 && r.layer_options == 4,
+          "parsing stopped at the refused layer (%d layers seen)", r.layer_options);
     r.reject_at = -2;
     err[0] = 0;
     net = parse_network_cfg_checked(cfg, err, sizeof err);
-    CHECK(net == NULL && strstr(err, "[net] rejected"), "a [net] hook's refusal is returned: \"%s\"", err);
+    CHECK(net == NULL && strstr(err, "[net] rejected"),
+          "a [net] hook's refusal is returned: \"%s\"", err);
 
     CHECK(darknet_set_hooks(NULL) == &hooks, "removing the hooks returns the old table");
     counts none = {0};

@@ -203,7 +203,8 @@ __attribute__((target("avx512bf16,avx512f"))) static void avx512_f32_to_bf16(con
                                                                              uint16_t *b, size_t n)
 {
     for (size_t i = 0; i < n; i += 16)
-        _mm256_storeu_si256((__m256i *)(b + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+        _mm256_storeu_si256((__m256i *)(b + i),
+                            (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
 }
 
 /* Ours with MXCSR changed: FTZ and DAZ set (as -ffast-math does at
@@ -407,7 +408,8 @@ static void bf16_exhaustive(void)
      * is mantissa 0x8001..0x7fffff, both signs. */
     CHECK(flushed == 2ull * (0x7fffffu - 0x8000u),
           "deliberate difference: %llu fp32 subnormal inputs that vcvtneps2bf16 flushes to a "
-          "signed zero and half_format.h rounds to a nonzero bf16 (expected 2*(0x7fffff-0x8000) = %llu); "
+          "signed zero and half_format.h rounds to a nonzero bf16 (expected 2*(0x7fffff-0x8000) = "
+          "%llu); "
           "%llu subnormal inputs round to zero in both",
           flushed, 2ull * (0x7fffffu - 0x8000u), same_subnormal);
     printf("  time: %.1f s for the pass; amp_f32_to_bf16_array %.2f ns/element, vcvtneps2bf16 %.2f "

@@ -80,8 +80,8 @@ int main(void)
     loss_trace();
     {   /* growth after 3 good steps; an overflow backs off and resets the tracker */
         const float e[] = {8, 8, 16, 8, 8, 8, 16, 16, 16, 32};
-        trace("growth at the interval, backoff resets the tracker", params(2, .5f, 3, 1, 1, 1 << 24),
-              8, "...x......", e);
+        trace("growth at the interval, backoff resets the tracker",
+              params(2, .5f, 3, 1, 1, 1 << 24), 8, "...x......", e);
     }
     {   /* max clamp: 32 -> 64 refused (max 48), tracker still resets */
         const float e[] = {16, 32, 32, 32, 32};

@@ -399,7 +399,8 @@ static void cpu_half(const char *cfg, const char *path, int resize)
         const LAYER_TYPE half[] = {CONVOLUTIONAL, DECONVOLUTIONAL, CONNECTED,
                                    RNN,           GRU,             LSTM, CRNN};
         int want = count_types(nets[1], half, 7);
-        int have = count_runner(nets[1], AMP_CPU_RUNS_EMULATED) + count_runner(nets[1], AMP_CPU_RUNS_ONEDNN);
+        int have = count_runner(nets[1], AMP_CPU_RUNS_EMULATED) +
+                   count_runner(nets[1], AMP_CPU_RUNS_ONEDNN);
         CHECK(have == want,
               "%s: %d of %d convolutional, deconvolutional, connected and recurrent layers in "
               "half on the CPU (%d through oneDNN)", amp_dtype_name(dt), have, want,

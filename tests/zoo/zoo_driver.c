@@ -116,8 +116,10 @@ static int write_cfg(const char *in, const char *out, int size, const char *dtyp
                              key_is(line, "amp_dtype")))
             continue;
         if (key_is(line, "random")) fprintf(o, "random=0\n");
-        else if (key_is(line, "crop_width") && w) fprintf(o, "crop_width=%d\n", atoi(line + 11) * nw / w);
-        else if (key_is(line, "crop_height") && h) fprintf(o, "crop_height=%d\n", atoi(line + 12) * nh / h);
+        else if (key_is(line, "crop_width") && w)
+            fprintf(o, "crop_width=%d\n", atoi(line + 11) * nw / w);
+        else if (key_is(line, "crop_height") && h)
+            fprintf(o, "crop_height=%d\n", atoi(line + 12) * nh / h);
         else fprintf(o, "%s\n", line);
     }
     fclose(f);

@@ -302,8 +302,9 @@ static void describe(const amp_net *an, FILE *out)
     int onednn = 0, emulated = 0;
     for (int i = 0; i < an->net->n; ++i)
         if (an->layers[i].precision == AMP_PRECISION_HALF) {
-            onednn += amp_cpu_layer_runner(&an->layers[i]) == AMP_CPU_RUNS_ONEDNN;
-            emulated += amp_cpu_layer_runner(&an->layers[i]) == AMP_CPU_RUNS_EMULATED;
+            const amp_cpu_runner r = amp_cpu_layer_runner(&an->layers[i]);
+            onednn += r == AMP_CPU_RUNS_ONEDNN;
+            emulated += r == AMP_CPU_RUNS_EMULATED;
         }
     if (dtype == AMP_DTYPE_BFLOAT16 && !native && onednn)
         fprintf(out, "amp: note: this CPU has neither AVX512-BF16 nor AMX (oneDNN sees %s): "

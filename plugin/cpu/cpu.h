@@ -139,7 +139,7 @@ amp_status amp_conv_form_parse(const char *value, amp_conv_form *out, char *err,
 /* ... and read, checked and set in cn at attach (DARKNET_AMP_MAX_CPU_ISA too). */
 amp_status amp_cpu_settings(cpu_net *cn, char *err, size_t errlen);
 
-/* emulated.c: the emulation of l's type into al (forward, backward, impl), or
+/* emulated.c: the emulation of l's type into al (forward, backward, runner, label), or
  * AMP_ERR_INVALID with why when it has none. */
 amp_status amp_emulation_install(amp_layer *al, layer *l, char *why, size_t whylen);
 /* The emulated layers, also the oneDNN paths' fallbacks. */

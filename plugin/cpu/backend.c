@@ -44,6 +44,9 @@ static void net_free(amp_net *an)
     cpu_net *cn = cpu_net_of(an);
     if (!cn) return;
     amp_onednn_ctx_free(cn);
+    free(cn->arena);
+    amp_buffer *b[] = {&cn->xq, &cn->dq, &cn->tmp, &cn->gx};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) free(b[i]->data);
     free(cn->saved);
     free(cn);
     an->bk = NULL;
@@ -57,8 +60,7 @@ static void cpu_layer_free(amp_layer *al)
     cpu_layer *c = al ? cpu_layer_of(al) : NULL;
     if (!c) return;
     amp_onednn_free(c);
-    amp_buffer *b[] = {&c->wq, &c->xq, &c->dq, &c->tmp, &c->gx};
-    for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) free(b[i]->data);
+    free(c->wq.data);
     free(c);
     al->bk = NULL;
 }

@@ -94,6 +94,14 @@ typedef struct cpu_net {
                                                       gradients: amp_network_flushed */
     unsigned unrounded;        /* the tests only: rounding points left out (bits
                                   1 << amp_round_point), to show they are caught */
+    /* Buffers as large as the largest layer's pass needs, shared by every
+     * layer (one runs at a time): what a pass computes and uses up, never
+     * what a layer keeps from its forward to its backward (the backward
+     * makes its half input again). */
+    void *arena;               /* the oneDNN path's (onednn_mem.c, amp_dnnl_bind) */
+    size_t arena_bytes;
+    amp_buffer xq, dq, tmp, gx; /* the emulation's: half input, half gradient, weight and
+                                   data gradients */
 } cpu_net;
 
 /* What runs a layer's GEMM/convolution here (the tests and describe() ask). */
@@ -105,7 +113,7 @@ typedef enum amp_cpu_runner {
 
 typedef struct cpu_layer {
     amp_cpu_runner runner;
-    amp_buffer wq, xq, dq, tmp, gx; /* half weights, input, gradient; scratch */
+    amp_buffer wq;                  /* the emulation's half weights */
     unsigned long wq_version;       /* the weights_version wq was made from */
     struct amp_dnnl_conv *dnnl;     /* oneDNN primitives and buffers (any of the three kinds) */
 } cpu_layer;

@@ -77,13 +77,19 @@ static float *half_copy(amp_buffer *b, const float *src, size_t n, amp_dtype dty
     return p;
 }
 
-/* The layer's input rounded to half, for its backward: what its forward
- * rounded, or for a recurrent layer's sub-layer (called once per time step,
- * each with its own input) the input of this step, rounded again. */
+/* The network's shared buffers (cpu_net): one layer runs at a time. */
+static cpu_net *shared(const amp_layer *al)
+{
+    return cpu_net_of(al->owner);
+}
+
+/* The layer's input rounded to half, for its backward: rounded again, as
+ * the forward rounded it (the buffer is shared by every layer; for a
+ * recurrent layer's sub-layer, called once per time step, each with its own
+ * input, this step's). */
 static const float *rounded_input(amp_layer *al, network net, size_t n, amp_dtype dtype)
 {
-    cpu_layer *c = cpu_layer_of(al);
-    return al->sub ? half_copy(&c->xq, net.input, n, dtype) : c->xq.data;
+    return half_copy(&shared(al)->xq, net.input, n, dtype);
 }
 
 /* The float32 tail of a half layer's forward: its GEMM output stored in
@@ -140,7 +146,7 @@ static half_operands backward_operands(amp_layer *al, const layer *l, network ne
 {
     const size_t nout = (size_t)l->outputs * l->batch;
     half_operands o;
-    cpu_layer *c = cpu_layer_of(al);
+    cpu_net *c = shared(al);
     o.dy = half_copy(&c->dq, l->delta, nout, dtype);
     count_flushed(al->owner, l->delta, o.dy, nout);
     o.w = half_weights(al, l, nw, dtype);
@@ -155,7 +161,7 @@ void amp_emulated_conv_forward(layer l, network net)
     amp_dtype dtype = al->owner->scaler->opt.dtype;
     double t0 = al->owner->env.profile ? amp_clock() : 0;
     size_t nout = (size_t)l.outputs * l.batch;
-    float *x = half_copy(&cpu_layer_of(al)->xq, net.input, (size_t)l.inputs * l.batch, dtype);
+    float *x = half_copy(&shared(al)->xq, net.input, (size_t)l.inputs * l.batch, dtype);
     const float *w = half_weights(al, &l, l.nweights, dtype);
 
     int m = l.n / l.groups, k = l.size * l.size * l.c / l.groups, n = l.out_w * l.out_h;
@@ -208,7 +214,7 @@ void amp_emulated_conv_backward(layer l, network net)
             if (l.size == 1) {
                 add_half(dtype, col, chw, imd);
             } else {
-                float *dx = zeroed(&cpu_layer_of(al)->gx, chw);
+                float *dx = zeroed(&shared(al)->gx, chw);
                 col2im_cpu(col, l.c / l.groups, l.h, l.w, l.size, l.stride, l.pad, dx);
                 add_half(dtype, dx, chw, imd);
             }
@@ -231,7 +237,7 @@ void amp_emulated_deconv_forward(layer l, network net)
     amp_dtype dtype = al->owner->scaler->opt.dtype;
     double t0 = al->owner->env.profile ? amp_clock() : 0;
     const int m = l.size * l.size * l.n, n = l.h * l.w, k = l.c;
-    float *x = half_copy(&cpu_layer_of(al)->xq, net.input, (size_t)l.inputs * l.batch, dtype);
+    float *x = half_copy(&shared(al)->xq, net.input, (size_t)l.inputs * l.batch, dtype);
     const float *w = half_weights(al, &l, l.nweights, dtype);
     fill_cpu(l.outputs * l.batch, 0, l.output, 1);
     for (int i = 0; i < l.batch; ++i) {
@@ -263,7 +269,7 @@ void amp_emulated_deconv_backward(layer l, network net)
     float *dy = o.dy, *dw = o.dw;
     const float *w = o.w, *x = o.x;
     /* zeroed: darknet's gemm scales C by beta = 0, and 0 * NaN of stale memory is NaN */
-    float *dx = net.delta ? zeroed(&cpu_layer_of(al)->gx, chw) : NULL;
+    float *dx = net.delta ? zeroed(&shared(al)->gx, chw) : NULL;
     for (int i = 0; i < l.batch; ++i) {
         float *col = net.workspace;
         im2col_cpu(dy + (size_t)i * l.outputs, l.out_c, l.out_h, l.out_w, l.size, l.stride, l.pad,
@@ -284,7 +290,7 @@ void amp_emulated_connected_forward(layer l, network net)
     amp_dtype dtype = al->owner->scaler->opt.dtype;
     double t0 = al->owner->env.profile ? amp_clock() : 0;
     size_t nout = (size_t)l.outputs * l.batch;
-    float *x = half_copy(&cpu_layer_of(al)->xq, net.input, (size_t)l.inputs * l.batch, dtype);
+    float *x = half_copy(&shared(al)->xq, net.input, (size_t)l.inputs * l.batch, dtype);
     const float *w = half_weights(al, &l, (size_t)l.inputs * l.outputs, dtype);
 
     fill_cpu((int)nout, 0, l.output, 1);
@@ -314,7 +320,7 @@ void amp_emulated_connected_backward(layer l, network net)
     add_half(dtype, dw, nw, l.weight_updates);
     if (net.delta) {
         size_t nin = (size_t)l.inputs * l.batch;
-        float *dx = zeroed(&cpu_layer_of(al)->gx, nin);
+        float *dx = zeroed(&shared(al)->gx, nin);
         gemm(0, 0, l.batch, l.inputs, l.outputs, 1, dy, l.outputs, (float *)w, l.inputs, 1, dx,
              l.inputs);
         add_half(dtype, dx, nin, net.delta);
@@ -333,7 +339,7 @@ static void local_forward(layer l, network net)
     amp_layer *al = l.hook_data;
     amp_dtype dtype = al->owner->scaler->opt.dtype;
     const int locations = l.out_w * l.out_h, k = l.size * l.size * l.c;
-    float *x = half_copy(&cpu_layer_of(al)->xq, net.input, (size_t)l.inputs * l.batch, dtype);
+    float *x = half_copy(&shared(al)->xq, net.input, (size_t)l.inputs * l.batch, dtype);
     const float *w = half_weights(al, &l, (size_t)locations * k * l.n, dtype);
     fill_cpu(l.outputs * l.batch, 0, l.output, 1);
     for (int i = 0; i < l.batch; ++i) {
@@ -376,7 +382,7 @@ static void local_backward(layer l, network net)
         for (int j = 0; j < locations; ++j)
             gemm(1, 0, k, 1, l.n, 1, (float *)w + (size_t)j * k * l.n, k, (float *)d + j,
                  locations, 0, net.workspace + j, locations);
-        float *dx = zeroed(&cpu_layer_of(al)->gx, chw);
+        float *dx = zeroed(&shared(al)->gx, chw);
         col2im_cpu(net.workspace, l.c, l.h, l.w, l.size, l.stride, l.pad, dx);
         add_half(dtype, dx, chw, net.delta + (size_t)i * chw);
     }

@@ -30,6 +30,20 @@ typedef struct dmem {
     dnnl_memory_t m;
 } dmem;
 
+/* A memory whose storage is the network's arena (cpu_net.arena): the
+ * activation-sized buffers of a pass (the input and output in oneDNN's
+ * layouts, the gradients, the matmul form's windows). One layer runs at a
+ * time, so every layer's buffers share one arena as large as the largest
+ * layer's, instead of each layer keeping its own between its forward and its
+ * backward (the backward redoes the input's reorder). A view on such a
+ * memory (owner set) follows its owner. */
+typedef struct amp_dnnl_slot {
+    dmem *m;
+    const dmem *owner; /* NULL: at offset in the arena */
+    size_t offset;
+} amp_dnnl_slot;
+#define AMP_DNNL_SLOTS 16
+
 /* The matmul form's buffers (im2col + matmul): owned ones, and views of
  * another's storage with the matmul's 2-D (or the reorders' 4-D) shape. */
 typedef struct amp_dnnl_mm {
@@ -67,6 +81,10 @@ typedef struct amp_dnnl_conv {
     dmem x, y, w_fwd, w_bwd, dy_bw, dy_bd, x_bw, dw, dx;
     /* reorders: in, out, and the two that add (sum post-op) */
     dnnl_primitive_t r_x, r_y, r_w_fwd, r_w_bwd, r_dy_bw, r_dy_bd, r_x_bw, r_dw, r_dx;
+    /* the memories in the arena, and the bytes they take there */
+    amp_dnnl_slot slot[AMP_DNNL_SLOTS];
+    int nslots;
+    size_t arena_bytes;
     unsigned long w_fwd_version, w_bwd_version;
     amp_dtype rounded;  /* float16, or bfloat16 where the CPU has no bfloat16
                            instructions: float32 primitives, every operand and
@@ -95,18 +113,28 @@ void amp_dnnl_release(amp_dnnl_conv *d);
  * storage where the layouts agree. */
 amp_status amp_dnnl_mem_view(dmem *m, const dnnl_memory_desc_t *md, dnnl_engine_t e, char *why,
                              size_t whylen);
-amp_status amp_dnnl_mem_own(dmem *m, const dnnl_memory_desc_t *md, dnnl_engine_t e, char *why,
-                            size_t whylen);
+/* Storage of its own (arena NULL: oneDNN-owned, for what a layer keeps, its
+ * weights) or a slot in arena's share of the network's arena (amp_dnnl_bind
+ * gives it its address before each pass). */
+amp_status amp_dnnl_mem_own(dmem *m, const dnnl_memory_desc_t *md, amp_dnnl_conv *arena,
+                            dnnl_engine_t e, char *why, size_t whylen);
 amp_status amp_dnnl_mem_alias_or_own(dmem *dst, const dmem *src, const dnnl_memory_desc_t *md,
-                                     dnnl_engine_t e, char *why, size_t whylen);
-/* oneDNN-owned storage of dims and tag; owner's storage seen as md, or as a
- * rows x cols matrix (transposed: the owner's cols x rows read by columns). */
+                                     amp_dnnl_conv *arena, dnnl_engine_t e, char *why,
+                                     size_t whylen);
+/* Storage of dims and tag, as amp_dnnl_mem_own; owner's storage seen as md,
+ * or as a rows x cols matrix (transposed: the owner's cols x rows read by
+ * columns), following the owner into the arena (d). */
 amp_status amp_dnnl_mem_tag(dmem *m, int nd, const dnnl_dims_t dims, dnnl_data_type_t dt,
-                            dnnl_format_tag_t tag, dnnl_engine_t e, char *why, size_t whylen);
-amp_status amp_dnnl_mem_view_on(dmem *m, const dnnl_memory_desc_t *md, const dmem *owner,
-                                dnnl_engine_t e, char *why, size_t whylen);
-amp_status amp_dnnl_mem_matrix_on(dmem *m, dnnl_dim_t rows, dnnl_dim_t cols, int transposed,
-                                  const dmem *owner, dnnl_engine_t e, char *why, size_t whylen);
+                            dnnl_format_tag_t tag, amp_dnnl_conv *arena, dnnl_engine_t e,
+                            char *why, size_t whylen);
+amp_status amp_dnnl_mem_view_on(amp_dnnl_conv *d, dmem *m, const dnnl_memory_desc_t *md,
+                                const dmem *owner, dnnl_engine_t e, char *why, size_t whylen);
+amp_status amp_dnnl_mem_matrix_on(amp_dnnl_conv *d, dmem *m, dnnl_dim_t rows, dnnl_dim_t cols,
+                                  int transposed, const dmem *owner, dnnl_engine_t e, char *why,
+                                  size_t whylen);
+/* d's arena memories at their addresses in the network's arena (grown to
+ * d's share if needed), before a pass on d's primitives. */
+amp_status amp_dnnl_bind(amp_layer *al, amp_dnnl_conv *d);
 void *amp_dnnl_data_of(const dmem *m);
 void amp_dnnl_set(dmem *m, void *p);
 void amp_dnnl_md_any(dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims,

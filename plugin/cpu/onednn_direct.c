@@ -21,21 +21,21 @@ static amp_status conv_memories(amp_dnnl_conv *d, dnnl_engine_t e, const dnnl_me
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(&d->dy_user, uy, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(&d->dw_user, uw, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(&d->dx_user, ux, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->x, MD(fpd, dnnl_query_src_md), e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->y, MD(fpd, dnnl_query_dst_md), e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->x, MD(fpd, dnnl_query_src_md), d, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->y, MD(fpd, dnnl_query_dst_md), d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(
-        amp_dnnl_mem_own(&d->w_fwd, MD(fpd, dnnl_query_weights_md), e, why, whylen));
+        amp_dnnl_mem_own(&d->w_fwd, MD(fpd, dnnl_query_weights_md), NULL, e, why, whylen));
     AMP_FORWARD_IF_ERROR(
-        amp_dnnl_mem_own(&d->dy_bw, MD(wpd, dnnl_query_diff_dst_md), e, why, whylen));
+        amp_dnnl_mem_own(&d->dy_bw, MD(wpd, dnnl_query_diff_dst_md), d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(
-        amp_dnnl_mem_own(&d->dw, MD(wpd, dnnl_query_diff_weights_md), e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->dx, MD(dpd, dnnl_query_diff_src_md), e, why, whylen));
+        amp_dnnl_mem_own(&d->dw, MD(wpd, dnnl_query_diff_weights_md), d, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->dx, MD(dpd, dnnl_query_diff_src_md), d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_alias_or_own(&d->w_bwd, &d->w_fwd,
-                                                   MD(dpd, dnnl_query_weights_md), e, why, whylen));
+                                                   MD(dpd, dnnl_query_weights_md), NULL, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_alias_or_own(
-        &d->dy_bd, &d->dy_bw, MD(dpd, dnnl_query_diff_dst_md), e, why, whylen));
+        &d->dy_bd, &d->dy_bw, MD(dpd, dnnl_query_diff_dst_md), d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(
-        amp_dnnl_mem_alias_or_own(&d->x_bw, &d->x, MD(wpd, dnnl_query_src_md), e, why, whylen));
+        amp_dnnl_mem_alias_or_own(&d->x_bw, &d->x, MD(wpd, dnnl_query_src_md), d, e, why, whylen));
 #undef MD
     AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_x, &d->x_user, &d->x, 0, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_y, &d->y, &d->y_user, 0, e, why, whylen));

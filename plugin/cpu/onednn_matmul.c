@@ -60,22 +60,22 @@ static amp_status mm_parts(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, ch
     const dnnl_memory_desc_t *umd[] = {&ux, &uy, &uw, &uy, &uw, &ux};
     for (int i = 0; i < 6; ++i)
         AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(users[i], umd[i], e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->x, 4, xd, dt, dnnl_nhwc, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->w_fwd, 4, wd, dt, dnnl_oihw, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->dy_bw, 4, yd, dt, dnnl_nhwc, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&m->col, 2, pk, dt, dnnl_ab, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->y, 2, pn, dt, dnnl_ab, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->dw, 2, nk, dt, dnnl_ab, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&m->dcol, 2, pk, f32, dnnl_ab, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&m->dxa, 4, xd, f32, dnnl_nhwc, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->x, 4, xd, dt, dnnl_nhwc, d, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->w_fwd, 4, wd, dt, dnnl_oihw, NULL, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->dy_bw, 4, yd, dt, dnnl_nhwc, d, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&m->col, 2, pk, dt, dnnl_ab, d, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->y, 2, pn, dt, dnnl_ab, d, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->dw, 2, nk, dt, dnnl_ab, d, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&m->dcol, 2, pk, f32, dnnl_ab, d, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&m->dxa, 4, xd, f32, dnnl_nhwc, d, e, why, whylen));
     if (dt != f32)
-        AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&m->dxh, 4, xd, dt, dnnl_nhwc, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_matrix_on(&m->w_t, K, N, 1, &d->w_fwd, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_matrix_on(&m->w_nk, N, K, 0, &d->w_fwd, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_matrix_on(&m->dy_t, N, P, 1, &d->dy_bw, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_matrix_on(&m->dy_pn, P, N, 0, &d->dy_bw, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view_on(&m->y4, &d->dy_bw.md, &d->y, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view_on(&m->dw4, &d->w_fwd.md, &d->dw, e, why, whylen));
+        AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&m->dxh, 4, xd, dt, dnnl_nhwc, d, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_matrix_on(d, &m->w_t, K, N, 1, &d->w_fwd, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_matrix_on(d, &m->w_nk, N, K, 0, &d->w_fwd, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_matrix_on(d, &m->dy_t, N, P, 1, &d->dy_bw, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_matrix_on(d, &m->dy_pn, P, N, 0, &d->dy_bw, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view_on(d, &m->y4, &d->dy_bw.md, &d->y, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view_on(d, &m->dw4, &d->w_fwd.md, &d->dw, e, why, whylen));
     AMP_FORWARD_IF_ERROR(matmul(&d->fwd, d->impl[0], &m->col, &m->w_t, &d->y, e, why, whylen));
     AMP_FORWARD_IF_ERROR(
         matmul(&d->bwd_data, d->impl[1], &m->dy_pn, &m->w_nk, &m->dcol, e, why, whylen));

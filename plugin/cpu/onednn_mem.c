@@ -92,6 +92,8 @@ void amp_dnnl_release(amp_dnnl_conv *d)
     for (int i = n - 1; i >= 0; --i) mem_free(mems[i], (const dmem *const *)mems, i);
     d->batch = 0;
     d->matmul = 0;
+    d->nslots = 0;
+    d->arena_bytes = 0;
 }
 
 /* A view of a darknet array (no storage), or oneDNN-owned storage. */
@@ -102,24 +104,68 @@ amp_status amp_dnnl_mem_view(dmem *m, const dnnl_memory_desc_t *md, dnnl_engine_
     return AMP_DNNL_CHECK(dnnl_memory_create(&m->m, md, e, DNNL_MEMORY_NONE));
 }
 
-amp_status amp_dnnl_mem_own(dmem *m, const dnnl_memory_desc_t *md, dnnl_engine_t e, char *why,
-                            size_t whylen)
+/* A slot of d's arena share for m: at the next 64-byte boundary, or on owner. */
+static amp_status add_slot(amp_dnnl_conv *d, dmem *m, const dmem *owner, char *why, size_t whylen)
+{
+    AMP_RETURN_ERROR_IF(d->nslots == AMP_DNNL_SLOTS, AMP_ERR_INVALID, why, whylen,
+                        "more than %d arena memories", AMP_DNNL_SLOTS);
+    amp_dnnl_slot *s = &d->slot[d->nslots++];
+    s->m = m;
+    s->owner = owner;
+    s->offset = 0;
+    if (!owner) {
+        s->offset = (d->arena_bytes + 63) & ~(size_t)63;
+        d->arena_bytes = s->offset + dnnl_memory_desc_get_size(&m->md);
+    }
+    return AMP_OK;
+}
+
+amp_status amp_dnnl_mem_own(dmem *m, const dnnl_memory_desc_t *md, amp_dnnl_conv *arena,
+                            dnnl_engine_t e, char *why, size_t whylen)
 {
     m->md = *md;
-    return AMP_DNNL_CHECK(dnnl_memory_create(&m->m, md, e, DNNL_MEMORY_ALLOCATE));
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(
+        dnnl_memory_create(&m->m, md, e, arena ? DNNL_MEMORY_NONE : DNNL_MEMORY_ALLOCATE)));
+    return arena ? add_slot(arena, m, NULL, why, whylen) : AMP_OK;
+}
+
+static int in_arena(const amp_dnnl_conv *d, const dmem *m)
+{
+    for (int i = 0; i < d->nslots; ++i)
+        if (d->slot[i].m == m) return 1;
+    return 0;
+}
+
+amp_status amp_dnnl_bind(amp_layer *al, amp_dnnl_conv *d)
+{
+    cpu_net *cn = cpu_net_of(al->owner);
+    if (cn->arena_bytes < d->arena_bytes) {
+        void *p = NULL;
+        if (posix_memalign(&p, 64, d->arena_bytes) != 0) return AMP_ERR_NOMEM;
+        free(cn->arena);
+        cn->arena = p;
+        cn->arena_bytes = d->arena_bytes;
+    }
+    for (int i = 0; i < d->nslots; ++i) { /* owners come before their views */
+        const amp_dnnl_slot *s = &d->slot[i];
+        void *p = s->owner ? amp_dnnl_data_of(s->owner) : (char *)cn->arena + s->offset;
+        if (dnnl_memory_set_data_handle(s->m->m, p) != dnnl_success) return AMP_ERR_DEVICE;
+    }
+    return AMP_OK;
 }
 
 /* dst takes src's storage when their layouts agree (no reorder needed), or
  * storage of its own. */
 amp_status amp_dnnl_mem_alias_or_own(dmem *dst, const dmem *src, const dnnl_memory_desc_t *md,
-                                     dnnl_engine_t e, char *why, size_t whylen)
+                                     amp_dnnl_conv *arena, dnnl_engine_t e, char *why,
+                                     size_t whylen)
 {
     if (dnnl_memory_desc_equal(&src->md, md)) {
         dst->md = *md;
         dst->m = src->m;
         return AMP_OK;
     }
-    return amp_dnnl_mem_own(dst, md, e, why, whylen);
+    return amp_dnnl_mem_own(dst, md, arena, e, why, whylen);
 }
 
 /* A reorder from src to dst, adding into dst (sum post-op) when add. */
@@ -171,32 +217,35 @@ void *amp_dnnl_data_of(const dmem *m)
 
 /* oneDNN-owned storage of dims and tag. */
 amp_status amp_dnnl_mem_tag(dmem *m, int nd, const dnnl_dims_t dims, dnnl_data_type_t dt,
-                            dnnl_format_tag_t tag, dnnl_engine_t e, char *why, size_t whylen)
+                            dnnl_format_tag_t tag, amp_dnnl_conv *arena, dnnl_engine_t e,
+                            char *why, size_t whylen)
 {
     dnnl_memory_desc_t md;
     AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md, nd, dims, dt, tag)));
-    return amp_dnnl_mem_own(m, &md, e, why, whylen);
+    return amp_dnnl_mem_own(m, &md, arena, e, why, whylen);
 }
 
-/* m: owner's storage seen as md. */
-amp_status amp_dnnl_mem_view_on(dmem *m, const dnnl_memory_desc_t *md, const dmem *owner,
-                                dnnl_engine_t e, char *why, size_t whylen)
+/* m: owner's storage seen as md (an owner in the arena: bound with it). */
+amp_status amp_dnnl_mem_view_on(amp_dnnl_conv *d, dmem *m, const dnnl_memory_desc_t *md,
+                                const dmem *owner, dnnl_engine_t e, char *why, size_t whylen)
 {
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(m, md, e, why, whylen));
+    if (in_arena(d, owner)) return add_slot(d, m, owner, why, whylen);
     return AMP_DNNL_CHECK(dnnl_memory_set_data_handle(m->m, amp_dnnl_data_of(owner)));
 }
 
 /* m: owner's storage as a rows x cols matrix, row-major or, transposed, the
  * owner's cols x rows matrix read by columns. */
-amp_status amp_dnnl_mem_matrix_on(dmem *m, dnnl_dim_t rows, dnnl_dim_t cols, int transposed,
-                                  const dmem *owner, dnnl_engine_t e, char *why, size_t whylen)
+amp_status amp_dnnl_mem_matrix_on(amp_dnnl_conv *d, dmem *m, dnnl_dim_t rows, dnnl_dim_t cols,
+                                  int transposed, const dmem *owner, dnnl_engine_t e, char *why,
+                                  size_t whylen)
 {
     const dnnl_dims_t dims = {rows, cols};
     const dnnl_dims_t strides = {transposed ? 1 : cols, transposed ? rows : 1};
     dnnl_memory_desc_t md;
     AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(
         dnnl_memory_desc_init_by_strides(&md, 2, dims, owner->md.data_type, strides)));
-    return amp_dnnl_mem_view_on(m, &md, owner, e, why, whylen);
+    return amp_dnnl_mem_view_on(d, m, &md, owner, e, why, whylen);
 }
 
 /* Runs one primitive. A failure is not expected once the primitive exists;

@@ -58,6 +58,7 @@ static amp_status input_for(amp_layer *al, amp_dnnl_conv *d, const float *input)
 amp_status amp_dnnl_forward_core(amp_layer *al, amp_dnnl_conv *d, const layer *l,
                                  const float *input)
 {
+    AMP_FORWARD_IF_ERROR(amp_dnnl_bind(al, d));
     amp_dnnl_set(&d->y_user, l->output);
     AMP_FORWARD_IF_ERROR(weights_for(al, d, l, d->r_w_fwd, &d->w_fwd, &d->w_fwd_version));
     AMP_FORWARD_IF_ERROR(input_for(al, d, input));
@@ -93,12 +94,15 @@ static amp_status amp_dnnl_mm_data_gradient(amp_layer *al, amp_dnnl_conv *d, con
 /* The weight and data gradients through oneDNN, added into darknet's arrays. */
 amp_status amp_dnnl_gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network net)
 {
+    AMP_FORWARD_IF_ERROR(amp_dnnl_bind(al, d));
     amp_dnnl_set(&d->dy_user, l.delta);
     amp_dnnl_set(&d->dw_user, l.weight_updates);
     AMP_FORWARD_IF_ERROR(amp_dnnl_run_reorder(al, d->r_dy_bw, &d->dy_user, &d->dy_bw));
     amp_dnnl_round_half(al, d, AMP_ROUND_DY, &d->dy_bw, 1);
-    /* a recurrent sub-layer: the input is the last time step's */
-    if (al->sub) AMP_FORWARD_IF_ERROR(input_for(al, d, net.input));
+    /* the input again: the forward's copy was in the arena, which the layers
+     * after this one have used since (a recurrent sub-layer: the input is
+     * the last time step's) */
+    AMP_FORWARD_IF_ERROR(input_for(al, d, net.input));
     if (d->r_x_bw) AMP_FORWARD_IF_ERROR(amp_dnnl_run_reorder(al, d->r_x_bw, &d->x, &d->x_bw));
     dnnl_exec_arg_t w[3] = {{DNNL_ARG_SRC, d->x_bw.m}, {DNNL_ARG_DIFF_DST, d->dy_bw.m},
                             {DNNL_ARG_DIFF_WEIGHTS, d->dw.m}};

@@ -48,6 +48,13 @@ struct amp_backend_ops {
     amp_status (*layer_install)(amp_layer *al, layer *l, char *err, size_t errlen);
     /* Frees what layer_install made for al (its sub-layers included). */
     void (*layer_free)(amp_layer *al);
+    /* Optional: the activation plan (plan.c), made from the io that
+     * layer_install set, carried out: the tensors it stores in half allocated,
+     * darknet's float32 arrays of them freed (their pointers NULL, or the half
+     * storage), the layers' half forms pointed at them. Called at attach and
+     * again after darknet resized the network (resize_network). Without it
+     * (or where it fails) every tensor stays darknet's float32. */
+    amp_status (*activations)(amp_net *an, char *err, size_t errlen);
 
     /* The batch start: every history saved and multiplied by the scaler's
      * scale; an->batch_scale set to it (device backends: read on the device,

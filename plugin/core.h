@@ -72,6 +72,17 @@ typedef enum amp_precision {
     AMP_PRECISION_COUNT
 } amp_precision;
 
+/* How a layer's backend can store the tensors it reads and writes (its
+ * inputs and its output, with their deltas): the activation plan's input
+ * (plan.c). */
+typedef enum amp_io {
+    AMP_IO_FLOAT32, /* darknet's float32 arrays only */
+    AMP_IO_CONVERTS, /* a half layer: each input and its output in either storage,
+                        converted at its edges */
+    AMP_IO_HALF     /* a data-movement layer's half form: every input and its output in
+                       half, or (darknet's own form) none */
+} amp_io;
+
 typedef void (*amp_layer_fn)(struct layer, struct network);
 typedef void (*amp_update_fn)(struct layer, update_args);
 
@@ -122,6 +133,13 @@ typedef struct amp_layer {
     layer *sub;
     const char *sub_name;
     void *bk;           /* the backend's per-layer state */
+    /* The activation plan (plan.c): what the backend can run the layer with
+     * (layer_install sets io), and the plan's decisions. */
+    amp_io io;
+    int out_half;       /* its output and its delta are stored in the half dtype */
+    int region;         /* an AMP_IO_HALF layer that runs its half form */
+    int x_half;         /* an AMP_IO_CONVERTS layer's batch-norm input stored in half (its
+                           normalised values made again from it in the backward) */
 } amp_layer;
 
 typedef enum amp_phase {
@@ -194,6 +212,8 @@ struct amp_net {
     unsigned long dist_checked;  /* the step_index of the last consistency check */
     long dist_check_every;       /* DARKNET_AMP_DIST_CHECK, parsed at attach (0: never) */
     double dist_reduce_s;        /* time spent summing gradients over the processes */
+    int plan_on;                 /* amp_activations=half with a half dtype: the plan may store
+                                    tensors in half */
 };
 
 /* ---- tensors.c: darknet knowledge ---- */
@@ -279,6 +299,18 @@ int amp_env_crash_in_save(void);
 /* ---- policy.c ---- */
 amp_precision amp_policy(const layer *l, amp_dtype dtype, int half_allowed);
 void amp_policy_print(const amp_net *an, FILE *out);
+
+/* ---- plan.c: the activation plan (docs/design.md) ---- */
+/* Decides out_half, region and x_half for every layer from the layers' io. */
+void amp_plan_make(amp_net *an);
+/* The bytes of the layers' outputs, deltas and batch-norm inputs (x, x_norm)
+ * at the network's current size: as darknet stores them in float32, and
+ * under the plan. */
+void amp_plan_bytes(const amp_net *an, double *fp32, double *planned);
+/* The layer that wrote the tensor layer i reads as its k-th input (-1: the
+ * network's input); the number of inputs. */
+int amp_plan_inputs(const network *net, int i, int *src, int max);
+void amp_plan_print(const amp_net *an, FILE *out);
 
 /* ---- profile.c ---- */
 double amp_clock(void);

@@ -87,6 +87,7 @@ void amp_describe(const amp_net *an, FILE *out)
                 o->init_scale);
     fprintf(out, "; %d layers with parameters; layer precision:\n", params);
     amp_policy_print(an, out);
+    amp_plan_print(an, out);
     if (an->ops->describe) an->ops->describe(an, out);
 }
 
@@ -223,6 +224,18 @@ static void on_network_freed(void *ctx, network *net)
     amp_net_free(net->hook_data);
 }
 
+/* Patch 0015: darknet made every layer's arrays again at a new size (random=1):
+ * the backend stores the plan's half tensors again. */
+static void on_network_resized(void *ctx, network *net)
+{
+    (void)ctx;
+    amp_net *an = amp_net_of(net);
+    if (!an || !an->plan_on) return;
+    char err[AMP_MSG_LEN];
+    const amp_status st = an->ops->activations(an, err, sizeof err);
+    if (st != AMP_OK) amp_net_fail(an, st, "%s", err);
+}
+
 static int on_train_iteration(void *ctx, network *net, char *status, size_t n)
 {
     (void)ctx;
@@ -295,6 +308,7 @@ static const darknet_hooks amp_hooks = {
     .train_done = on_train_done,
     .train_world = on_train_world,
     .train_mean = on_train_mean,
+    .network_resized = on_network_resized,
 };
 
 amp_status amp_register(void)

@@ -43,6 +43,7 @@ void amp_options_init(amp_options *o, amp_dtype dtype)
     o->min_scale = 1.0f;
     o->max_scale = 16777216.0f;
     o->max_skips = 0;
+    o->half_activations = 1;
     if (dtype == AMP_DTYPE_BFLOAT16) {
         /* bfloat16 has float32's exponent range: gradients do not underflow,
          * so no scaling is needed (non-finite steps are still skipped). */
@@ -63,7 +64,13 @@ const char *amp_dtype_name(amp_dtype dtype)
 
 /* ---- The keys ---- */
 
-typedef enum key_kind { KIND_INTEGER, KIND_NUMBER, KIND_DTYPE, KIND_LOSS_SCALE } key_kind;
+typedef enum key_kind {
+    KIND_INTEGER,
+    KIND_NUMBER,
+    KIND_DTYPE,
+    KIND_LOSS_SCALE,
+    KIND_ACTIVATIONS
+} key_kind;
 
 enum {
     K_AMP,
@@ -77,6 +84,7 @@ enum {
     K_MIN_SCALE,
     K_MAX_SCALE,
     K_MAX_SKIPS,
+    K_ACTIVATIONS,
     K_COUNT
 };
 
@@ -109,6 +117,8 @@ static const key_spec keys[K_COUNT] = {
     [K_MAX_SCALE] = {"amp_max_scale", KIND_NUMBER, 0, INFINITY, 0, 0, 0, "expected a number > 0"},
     [K_MAX_SKIPS] = {"amp_max_skips", KIND_INTEGER, 0, 0, 0, LONG_MAX, 0,
                      "expected an integer >= 0 (0: no limit)"},
+    [K_ACTIVATIONS] = {"amp_activations", KIND_ACTIVATIONS, 0, 0, 0, 0, 0,
+                       "expected half or float32"},
 };
 
 static const struct {
@@ -333,6 +343,12 @@ static amp_status check_value(int id, const kvp *p, parsed *v, const char *where
         AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
                          "%s %s=%s: %s", where, key.s, val.s, k->expect);
     }
+    case KIND_ACTIVATIONS:
+        if (strcasecmp(s, "half") && strcasecmp(s, "float32"))
+            AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen, "%s %s=%s: %s", where, key.s, val.s,
+                             k->expect);
+        v->integer[id] = strcasecmp(s, "half") == 0;
+        return AMP_OK;
     case KIND_LOSS_SCALE:
         if (strcasecmp(s, "dynamic") == 0) {
             v->loss_scale_dynamic = 1;
@@ -492,6 +508,7 @@ static amp_status combine(const parsed *v, const char *where, amp_dtype default_
     if (v->kv[K_MIN_SCALE]) o->min_scale = (float)v->num[K_MIN_SCALE];
     if (v->kv[K_MAX_SCALE]) o->max_scale = (float)v->num[K_MAX_SCALE];
     if (v->kv[K_MAX_SKIPS]) o->max_skips = v->integer[K_MAX_SKIPS];
+    if (v->kv[K_ACTIVATIONS]) o->half_activations = (int)v->integer[K_ACTIVATIONS];
 
     /* The rules between keys are the scaler's (scaler.c); here they are told
      * in the cfg's words. */

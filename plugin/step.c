@@ -235,6 +235,16 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, const amp_backend_ops *ops
         al->orig_update = al->update = *sl.update;
         al->precision = amp_policy(l, s->opt.dtype, al->half_allowed);
         AMP_FORWARD_IF_ERROR(ops->layer_install(al, l, err, errlen));
+    }
+    /* the activation plan, carried out by the backend before any layer runs */
+    an->plan_on = s->opt.half_activations && s->opt.dtype != AMP_DTYPE_FLOAT32 &&
+                  ops->activations;
+    amp_plan_make(an);
+    if (an->plan_on) AMP_FORWARD_IF_ERROR(ops->activations(an, err, errlen));
+    for (int i = 0; i < net->n; ++i) {
+        layer *l = &net->layers[i];
+        amp_layer *al = &an->layers[i];
+        const amp_slots sl = ops->slots(l);
         const int params = *sl.update != NULL;
         if (l->cost && *sl.forward) *sl.forward = wrap_forward;
         else if (al->forward != al->orig_forward) *sl.forward = al->forward; /* the backend's */

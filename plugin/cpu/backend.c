@@ -43,9 +43,10 @@ static void net_free(amp_net *an)
 {
     cpu_net *cn = cpu_net_of(an);
     if (!cn) return;
+    amp_cpu_activations_release(an);
     amp_onednn_ctx_free(cn);
     free(cn->arena);
-    amp_buffer *b[] = {&cn->xq, &cn->dq, &cn->tmp, &cn->gx};
+    amp_buffer *b[] = {&cn->xq, &cn->dq, &cn->tmp, &cn->gx, &cn->in32, &cn->out32, &cn->dx32};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) free(b[i]->data);
     free(cn->saved);
     free(cn);
@@ -61,6 +62,8 @@ static void cpu_layer_free(amp_layer *al)
     if (!c) return;
     amp_onednn_free(c);
     free(c->wq.data);
+    free(c->delta_h);
+    free(c->x_h);
     free(c);
     al->bk = NULL;
 }
@@ -137,6 +140,12 @@ static amp_status layer_install(amp_layer *al, layer *l, char *err, size_t errle
         al->forward = amp_maxpool_forward;
         al->backward = amp_maxpool_backward;
     }
+    /* what the activation plan may store in half around it (storage.c) */
+    if (al->precision == AMP_PRECISION_HALF && !al->nsubs && l->type != LOCAL &&
+        an->scaler->opt.dtype != AMP_DTYPE_FLOAT32)
+        al->io = AMP_IO_CONVERTS;
+    else if (amp_movement_has_half(l) && l->forward && l->backward)
+        al->io = AMP_IO_HALF;
     if (amp_update_conv_replaces(l)) al->update = amp_update_conv; /* bit for bit, threaded */
     return AMP_OK;
 }
@@ -353,6 +362,7 @@ const amp_backend_ops amp_cpu_backend = {
     .net_free = net_free,
     .layer_install = layer_install,
     .layer_free = layer_free,
+    .activations = amp_cpu_activations,
     .begin_batch = begin_batch,
     .scale_loss = scale_loss,
     .rescale = rescale,

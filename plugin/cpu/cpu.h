@@ -17,7 +17,10 @@
  *   isa.c        which SIMD variants of the tails and the rounding run here
  *                (DARKNET_AMP_MAX_CPU_ISA)
  *   tail.c       batch-norm, bias and activation of a half layer, threaded
- *   maxpool.c    darknet's max-pooling, threaded
+ *   maxpool.c    darknet's max-pooling, threaded (also on half storage)
+ *   storage.c    the activation plan carried out: half tensors, half layers
+ *                converting at the plan's edges
+ *   movement.c   route, upsample and shortcut on half storage
  *   update.c     darknet's convolutional SGD update in one threaded pass
  */
 #ifndef AMP_CPU_H
@@ -26,6 +29,7 @@
 #include "backend.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* The instruction sets the plugin's own SIMD variants are built for (isa.c):
  * the tails' loops (tail.c: AVX-512, AVX2, baseline) and the rounding
@@ -102,6 +106,9 @@ typedef struct cpu_net {
     size_t arena_bytes;
     amp_buffer xq, dq, tmp, gx; /* the emulation's: half input, half gradient, weight and
                                    data gradients */
+    amp_buffer in32, out32, dx32; /* the activation plan's (storage.c): a half input, a
+                                     half layer's output or delta, a data gradient, in
+                                     float32 */
 } cpu_net;
 
 /* What runs a layer's GEMM/convolution here (the tests and describe() ask). */
@@ -111,11 +118,27 @@ typedef enum amp_cpu_runner {
     AMP_CPU_RUNS_ONEDNN    /* onednn_*.c: oneDNN primitives, half or float32 kernels */
 } amp_cpu_runner;
 
+/* A half layer's tail on the activation plan's half storage (storage.c sets
+ * it around a call): x, the batch-norm input, and y, the output, as 16-bit
+ * patterns of the half dtype; NULL: darknet's float32 arrays. */
+typedef struct amp_tail_half {
+    uint16_t *x, *y;
+    int bf16;  /* bfloat16 patterns, else float16 */
+    int cudnn; /* the batch-norm formula, for the backward to make x_norm again as the
+                  forward made it */
+} amp_tail_half;
+
 typedef struct cpu_layer {
     amp_cpu_runner runner;
     amp_buffer wq;                  /* the emulation's half weights */
     unsigned long wq_version;       /* the weights_version wq was made from */
     struct amp_dnnl_conv *dnnl;     /* oneDNN primitives and buffers (any of the three kinds) */
+    /* the activation plan (storage.c): the output is darknet's l.output, as
+     * 16-bit patterns, when al->out_half */
+    size_t plan_n;                  /* the elements (outputs x batch) the storage is for */
+    uint16_t *delta_h, *x_h;        /* the delta (out_half) and batch-norm input (x_half) */
+    amp_layer_fn inner_forward, inner_backward; /* a half layer's own, inside the plan's */
+    amp_tail_half tail;             /* set during a call */
 } cpu_layer;
 
 static inline cpu_net *cpu_net_of(const amp_net *an)
@@ -166,6 +189,22 @@ void amp_tail_backward(layer l, network net, int nbias, int bias_size);
 /* maxpool.c: darknet's max-pooling, multi-threaded, same results. */
 void amp_maxpool_forward(layer l, network net);
 void amp_maxpool_backward(layer l, network net);
+
+/* maxpool.c, movement.c: the data-movement layers' half forms (storage.c's
+ * plan): whether l has one, and pointing al's forward and backward at it. */
+void amp_maxpool_forward_half(layer l, network net);
+void amp_maxpool_backward_half(layer l, network net);
+int amp_movement_has_half(const layer *l);
+void amp_movement_install(amp_layer *al, layer *l);
+
+/* storage.c: the backend's activations() (backend.h), and darknet's float32
+ * arrays given back at detach; a buffer of at least n floats (grown, never
+ * shrunk; aborts when out of memory, as darknet does in a step); the half
+ * delta of layer i (NULL: not half). */
+amp_status amp_cpu_activations(amp_net *an, char *err, size_t errlen);
+void amp_cpu_activations_release(amp_net *an);
+float *amp_cpu_reserve(amp_buffer *b, size_t n);
+uint16_t *amp_cpu_half_delta(const amp_net *an, int i);
 
 /* update.c: darknet's update_convolutional_layer in one threaded pass, bit
  * for bit; amp_update_conv_replaces says whether l's update is darknet's. */
@@ -220,6 +259,18 @@ void amp_cpu_round_half(amp_dtype dtype, float *x, size_t n, unsigned long long 
  * AMP_ISA_SSE2: portable code). */
 amp_cpu_isa amp_cpu_round_half_at(amp_cpu_isa isa, amp_dtype dtype, float *x, size_t n,
                                   unsigned long long *nonzero, unsigned long long *flushed);
+
+/* round.c: float32 to and from the activation plan's half storage (16-bit
+ * patterns of dtype), bit for bit half_format.h's conversions, eight at a
+ * time with F16C or AVX2, threaded for large n; add: h = half(float(h) +
+ * add), the sum in float32 ... */
+void amp_cpu_to_half(amp_dtype dtype, const float *src, uint16_t *dst, size_t n);
+void amp_cpu_from_half(amp_dtype dtype, const uint16_t *src, float *dst, size_t n);
+void amp_cpu_add_half(amp_dtype dtype, uint16_t *h, const float *add, size_t n);
+/* ... and with the variants of isa, for the tests: op 0 to half (reads f),
+ * 1 from half (writes f), 2 add (reads f); returns the variant that ran. */
+amp_cpu_isa amp_cpu_convert_at(amp_cpu_isa isa, int op, amp_dtype dtype, float *f, uint16_t *h,
+                               size_t n);
 
 /* isa.c: the widest variant the CPU and the operating system run; that,
  * capped by DARKNET_AMP_MAX_CPU_ISA (read once), the one in use; the value's

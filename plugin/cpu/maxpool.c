@@ -11,6 +11,11 @@
 #include "cpu.h"
 
 #include <float.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* One output: the first maximum of its window (strict >, from -FLT_MAX);
  * positions outside the input count as -FLT_MAX, as in darknet. */
@@ -93,4 +98,78 @@ void amp_maxpool_backward(layer l, network net)
 #pragma omp parallel for schedule(static) if ((long)planes * per > 16384)
     for (int p = 0; p < planes; ++p)
         for (int i = p * per; i < (p + 1) * per; ++i) net.delta[l.indexes[i]] += l.delta[i];
+}
+
+/* ---- On the activation plan's half storage (storage.c) ----
+ * Per plane: the input widened to float32 in a buffer of the thread's, the
+ * same windows and first-maximum rule, the maxima stored in half (exact:
+ * each is one of the half inputs). The backward adds the plane's gradients
+ * onto the input's half delta in float32, in darknet's order, and rounds
+ * the plane once. */
+
+/* Per-thread float32 planes: n floats each. */
+static float *thread_planes(size_t n, int *threads)
+{
+    *threads = 1;
+#ifdef _OPENMP
+    *threads = omp_get_max_threads();
+#endif
+    float *p = malloc((size_t)*threads * n * sizeof(float));
+    if (!p) abort(); /* as darknet's allocations inside a step */
+    return p;
+}
+
+static int thread_index(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+void amp_maxpool_forward_half(layer l, network net)
+{
+    const amp_layer *al = l.hook_data;
+    const amp_dtype dt = al->owner->scaler->opt.dtype;
+    memset(cpu_layer_of(al)->delta_h, 0, (size_t)l.outputs * l.batch * sizeof(uint16_t));
+    const int off = -l.pad / 2, planes = l.batch * l.c, hw = l.h * l.w, ohw = l.out_h * l.out_w;
+    const uint16_t *in = (const uint16_t *)net.input;
+    uint16_t *out = (uint16_t *)l.output;
+    int threads;
+    float *bufs = thread_planes((size_t)hw + ohw, &threads);
+#pragma omp parallel for schedule(static) if ((long)planes * ohw > 16384)
+    for (int p = 0; p < planes; ++p) {
+        float *x = bufs + (size_t)thread_index() * (hw + ohw), *y = x + hw;
+        amp_cpu_from_half(dt, in + (size_t)p * hw, x, (size_t)hw);
+        const int base = p * hw;
+        for (int i = 0; i < l.out_h; ++i)
+            for (int j = 0; j < l.out_w; ++j)
+                pool_one(x, base, &l, off + i * l.stride, off + j * l.stride, y + i * l.out_w + j,
+                         l.indexes + (size_t)p * ohw + i * l.out_w + j);
+        amp_cpu_to_half(dt, y, out + (size_t)p * ohw, (size_t)ohw);
+    }
+    free(bufs);
+}
+
+void amp_maxpool_backward_half(layer l, network net)
+{
+    (void)net;
+    const amp_layer *al = l.hook_data;
+    const amp_dtype dt = al->owner->scaler->opt.dtype;
+    uint16_t *dst = amp_cpu_half_delta(al->owner, al->index - 1);
+    if (!dst) return;
+    const int planes = l.batch * l.c, hw = l.h * l.w, ohw = l.out_h * l.out_w;
+    const uint16_t *d = cpu_layer_of(al)->delta_h;
+    int threads;
+    float *bufs = thread_planes((size_t)hw + ohw, &threads);
+#pragma omp parallel for schedule(static) if ((long)planes * ohw > 16384)
+    for (int p = 0; p < planes; ++p) {
+        float *dx = bufs + (size_t)thread_index() * (hw + ohw), *dy = dx + hw;
+        amp_cpu_from_half(dt, dst + (size_t)p * hw, dx, (size_t)hw);
+        amp_cpu_from_half(dt, d + (size_t)p * ohw, dy, (size_t)ohw);
+        for (int i = 0; i < ohw; ++i) dx[l.indexes[(size_t)p * ohw + i] - p * hw] += dy[i];
+        amp_cpu_to_half(dt, dx, dst + (size_t)p * hw, (size_t)hw);
+    }
+    free(bufs);
 }

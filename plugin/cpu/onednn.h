@@ -36,10 +36,11 @@ typedef struct dmem {
  * time, so every layer's buffers share one arena as large as the largest
  * layer's, instead of each layer keeping its own between its forward and its
  * backward (the backward redoes the input's reorder). A view on such a
- * memory (owner set) follows its owner. */
+ * memory (owner set) follows its owner. The memories are named by their
+ * place in amp_dnnl_conv, which is copied whole (onednn_form.c). */
 typedef struct amp_dnnl_slot {
-    dmem *m;
-    const dmem *owner; /* NULL: at offset in the arena */
+    size_t mem;   /* offsetof the dmem in amp_dnnl_conv */
+    long owner;   /* the owner's, or -1: at offset in the arena */
     size_t offset;
 } amp_dnnl_slot;
 #define AMP_DNNL_SLOTS 16

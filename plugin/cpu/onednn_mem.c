@@ -110,8 +110,8 @@ static amp_status add_slot(amp_dnnl_conv *d, dmem *m, const dmem *owner, char *w
     AMP_RETURN_ERROR_IF(d->nslots == AMP_DNNL_SLOTS, AMP_ERR_INVALID, why, whylen,
                         "more than %d arena memories", AMP_DNNL_SLOTS);
     amp_dnnl_slot *s = &d->slot[d->nslots++];
-    s->m = m;
-    s->owner = owner;
+    s->mem = (size_t)((const char *)m - (const char *)d);
+    s->owner = owner ? (long)((const char *)owner - (const char *)d) : -1;
     s->offset = 0;
     if (!owner) {
         s->offset = (d->arena_bytes + 63) & ~(size_t)63;
@@ -129,10 +129,15 @@ amp_status amp_dnnl_mem_own(dmem *m, const dnnl_memory_desc_t *md, amp_dnnl_conv
     return arena ? add_slot(arena, m, NULL, why, whylen) : AMP_OK;
 }
 
+static dmem *slot_mem(amp_dnnl_conv *d, size_t off)
+{
+    return (dmem *)((char *)d + off);
+}
+
 static int in_arena(const amp_dnnl_conv *d, const dmem *m)
 {
     for (int i = 0; i < d->nslots; ++i)
-        if (d->slot[i].m == m) return 1;
+        if ((const char *)d + d->slot[i].mem == (const char *)m) return 1;
     return 0;
 }
 
@@ -148,8 +153,10 @@ amp_status amp_dnnl_bind(amp_layer *al, amp_dnnl_conv *d)
     }
     for (int i = 0; i < d->nslots; ++i) { /* owners come before their views */
         const amp_dnnl_slot *s = &d->slot[i];
-        void *p = s->owner ? amp_dnnl_data_of(s->owner) : (char *)cn->arena + s->offset;
-        if (dnnl_memory_set_data_handle(s->m->m, p) != dnnl_success) return AMP_ERR_DEVICE;
+        void *p = s->owner >= 0 ? amp_dnnl_data_of(slot_mem(d, (size_t)s->owner))
+                                : (char *)cn->arena + s->offset;
+        if (dnnl_memory_set_data_handle(slot_mem(d, s->mem)->m, p) != dnnl_success)
+            return AMP_ERR_DEVICE;
     }
     return AMP_OK;
 }

@@ -166,3 +166,142 @@ void amp_cpu_round_half(amp_dtype dtype, float *x, size_t n, unsigned long long 
 {
     (void)amp_cpu_round_half_at(amp_cpu_isa_used(), dtype, x, n, nonzero, flushed);
 }
+
+/* ---- Converting between float32 and half storage (the activation plan) ----
+ *
+ * The half tensors of the activation plan (storage.c) are arrays of 16-bit
+ * patterns: float16, or bfloat16 (a float32's top half, rounded to nearest
+ * even). half_format.h's conversions, eight at a time with F16C (float16) or
+ * AVX2 (bfloat16), bit for bit the same (unit.half_storage). */
+
+typedef enum convert_op { TO_HALF, FROM_HALF, ADD_INTO_HALF } convert_op;
+
+static void convert_portable(convert_op op, amp_dtype dtype, const float *f, float *fout,
+                             uint16_t *h, size_t n)
+{
+    const int bf = dtype == AMP_DTYPE_BFLOAT16;
+    for (size_t i = 0; i < n; ++i) {
+        switch (op) {
+        case TO_HALF: h[i] = bf ? amp_f32_to_bf16(f[i]) : amp_f32_to_f16(f[i]); break;
+        case FROM_HALF: fout[i] = bf ? amp_bf16_to_f32(h[i]) : amp_f16_to_f32(h[i]); break;
+        case ADD_INTO_HALF: {
+            const float v = (bf ? amp_bf16_to_f32(h[i]) : amp_f16_to_f32(h[i])) + f[i];
+            h[i] = bf ? amp_f32_to_bf16(v) : amp_f32_to_f16(v);
+        }
+        }
+    }
+}
+
+#ifdef AMP_ROUND_X86
+__attribute__((target("avx,f16c"))) static void convert_f16c(convert_op op, const float *f,
+                                                             float *fout, uint16_t *h, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v;
+        if (op == TO_HALF) {
+            v = _mm256_loadu_ps(f + i);
+        } else {
+            v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i)));
+            if (op == FROM_HALF) {
+                _mm256_storeu_ps(fout + i, v);
+                continue;
+            }
+            v = _mm256_add_ps(v, _mm256_loadu_ps(f + i));
+        }
+        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    }
+    convert_portable(op, AMP_DTYPE_FLOAT16, f ? f + i : NULL, fout ? fout + i : NULL, h + i,
+                     n - i);
+}
+
+/* Eight float32 lanes to bfloat16 patterns, as round_bf16_avx2 rounds them. */
+__attribute__((target("avx2"))) static inline __m128i bf16_pack8(__m256i u)
+{
+    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    const __m256i quiet = _mm256_set1_epi32(0x00400000);
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, bias), lsb), 16);
+    const __m256i nan = _mm256_srli_epi32(_mm256_or_si256(u, quiet), 16);
+    const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+    const __m256i out = _mm256_blendv_epi8(r, nan, is_nan); /* < 2^16 per lane */
+    const __m256i packed = _mm256_packus_epi32(out, out);   /* per 128-bit lane */
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
+}
+
+__attribute__((target("avx2"))) static void convert_bf16_avx2(convert_op op, const float *f,
+                                                              float *fout, uint16_t *h, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i u;
+        if (op == TO_HALF) {
+            u = _mm256_loadu_si256((const __m256i *)(f + i));
+        } else {
+            const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(h + i)));
+            const __m256 v = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+            if (op == FROM_HALF) {
+                _mm256_storeu_ps(fout + i, v);
+                continue;
+            }
+            u = _mm256_castps_si256(_mm256_add_ps(v, _mm256_loadu_ps(f + i)));
+        }
+        _mm_storeu_si128((__m128i *)(h + i), bf16_pack8(u));
+    }
+    convert_portable(op, AMP_DTYPE_BFLOAT16, f ? f + i : NULL, fout ? fout + i : NULL, h + i,
+                     n - i);
+}
+#endif
+
+static void convert_part(amp_cpu_isa isa, convert_op op, amp_dtype dtype, const float *f,
+                         float *fout, uint16_t *h, size_t n)
+{
+    switch (path(isa, dtype)) {
+#ifdef AMP_ROUND_X86
+    case AMP_ISA_AVX2: convert_bf16_avx2(op, f, fout, h, n); return;
+    case AMP_ISA_AVX: convert_f16c(op, f, fout, h, n); return;
+#endif
+    default: convert_portable(op, dtype, f, fout, h, n);
+    }
+}
+
+static amp_cpu_isa convert(amp_cpu_isa isa, convert_op op, amp_dtype dtype, const float *f,
+                           float *fout, uint16_t *h, size_t n)
+{
+    if (isa > amp_cpu_isa_detected()) isa = amp_cpu_isa_detected();
+    if (n < ROUND_PARALLEL_MIN) {
+        convert_part(isa, op, dtype, f, fout, h, n);
+        return path(isa, dtype);
+    }
+    const long chunks = (long)((n + ROUND_PARALLEL_MIN - 1) / ROUND_PARALLEL_MIN);
+#pragma omp parallel for schedule(static)
+    for (long k = 0; k < chunks; ++k) {
+        const size_t s = (size_t)k * ROUND_PARALLEL_MIN;
+        const size_t len = n - s < ROUND_PARALLEL_MIN ? n - s : ROUND_PARALLEL_MIN;
+        convert_part(isa, op, dtype, f ? f + s : NULL, fout ? fout + s : NULL, h + s, len);
+    }
+    return path(isa, dtype);
+}
+
+amp_cpu_isa amp_cpu_convert_at(amp_cpu_isa isa, int op, amp_dtype dtype, float *f, uint16_t *h,
+                               size_t n)
+{
+    const convert_op c = (convert_op)op;
+    return convert(isa, c, dtype, c == FROM_HALF ? NULL : f, c == FROM_HALF ? f : NULL, h, n);
+}
+
+void amp_cpu_to_half(amp_dtype dtype, const float *src, uint16_t *dst, size_t n)
+{
+    (void)convert(amp_cpu_isa_used(), TO_HALF, dtype, src, NULL, dst, n);
+}
+
+void amp_cpu_from_half(amp_dtype dtype, const uint16_t *src, float *dst, size_t n)
+{
+    (void)convert(amp_cpu_isa_used(), FROM_HALF, dtype, NULL, dst, (uint16_t *)src, n);
+}
+
+void amp_cpu_add_half(amp_dtype dtype, uint16_t *h, const float *add, size_t n)
+{
+    (void)convert(amp_cpu_isa_used(), ADD_INTO_HALF, dtype, add, NULL, h, n);
+}

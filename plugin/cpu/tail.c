@@ -27,10 +27,16 @@
  */
 #include "cpu.h"
 
+#include "math/half_format.h"
+
 #include "activations.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* Parallel only when there is enough work to pay for waking the threads. */
 #define AMP_TAIL_MIN_PARALLEL 16384
@@ -78,16 +84,45 @@ TAIL_INLINE void gradient_slice(float *d, const float *y, int size, ACTIVATION a
     }
 }
 
-/* Channel f without batch-norm: bias and activation. */
-TAIL_INLINE void forward_bias(const layer *l, int f, int n, int size)
+/* Half storage (the activation plan): one slice stored, or read back. */
+TAIL_INLINE void store_half(uint16_t *h, const float *p, int size, int bf16)
 {
-    for (int b = 0; b < l->batch; ++b)
-        activate_slice(l->output + ((long)b * n + f) * size, size, 1, l->biases[f], l->activation);
+    if (bf16) {
+#pragma omp simd
+        for (int i = 0; i < size; ++i) h[i] = amp_f32_to_bf16(p[i]);
+    } else {
+#pragma omp simd
+        for (int i = 0; i < size; ++i) h[i] = amp_f32_to_f16(p[i]);
+    }
+}
+
+TAIL_INLINE const float *load_half(float *buf, const uint16_t *h, int size, int bf16)
+{
+    if (bf16) {
+#pragma omp simd
+        for (int i = 0; i < size; ++i) buf[i] = amp_bf16_to_f32(h[i]);
+    } else {
+#pragma omp simd
+        for (int i = 0; i < size; ++i) buf[i] = amp_f16_to_f32(h[i]);
+    }
+    return buf;
+}
+
+/* Channel f without batch-norm: bias and activation (and the output stored
+ * in half). */
+TAIL_INLINE void forward_bias(const layer *l, const amp_tail_half *th, int f, int n, int size)
+{
+    for (int b = 0; b < l->batch; ++b) {
+        const long o = ((long)b * n + f) * size;
+        activate_slice(l->output + o, size, 1, l->biases[f], l->activation);
+        if (th->y) store_half(th->y + o, l->output + o, size, th->bf16);
+    }
 }
 
 /* Channel f with batch-norm: statistics (training), normalisation, scale,
  * bias and activation. */
-TAIL_INLINE void forward_norm(const layer *l, int train, int f, int n, int size, int cudnn)
+TAIL_INLINE void forward_norm(const layer *l, const amp_tail_half *th, int train, int f, int n,
+                              int size, int cudnn)
 {
     const int batch = l->batch, count = batch * size;
     float *y = l->output;
@@ -122,8 +157,14 @@ TAIL_INLINE void forward_norm(const layer *l, int train, int f, int n, int size,
     const float sc = l->scales[f], bi = l->biases[f];
     for (int b = 0; b < batch; ++b) {
         const long o = ((long)b * n + f) * size;
-        float *p = y + o, *x = l->x + o, *xn = l->x_norm + o;
-        if (train) { /* one pass: the input kept, normalised, normalised kept */
+        float *p = y + o;
+        if (th->x) { /* the input kept in half (exact: it is the half-rounded convolution);
+                        the backward makes the normalised values again */
+            store_half(th->x + o, p, size, th->bf16);
+#pragma omp simd
+            for (int i = 0; i < size; ++i) p[i] = (p[i] - mean) / den;
+        } else if (train) { /* one pass: the input kept, normalised, normalised kept */
+            float *x = l->x + o, *xn = l->x_norm + o;
 #pragma omp simd
             for (int i = 0; i < size; ++i) {
                 const float v = p[i];
@@ -131,21 +172,30 @@ TAIL_INLINE void forward_norm(const layer *l, int train, int f, int n, int size,
                 xn[i] = p[i] = (v - mean) / den;
             }
         } else {
-            memcpy(x, p, size * sizeof(float));
+            memcpy(l->x + o, p, size * sizeof(float));
 #pragma omp simd
             for (int i = 0; i < size; ++i) p[i] = (p[i] - mean) / den;
         }
         activate_slice(p, size, sc, bi, l->activation);
+        if (th->y) store_half(th->y + o, p, size, th->bf16);
     }
 }
 
+/* The output of one slice, from half storage into buf where it is there. */
+TAIL_INLINE const float *output_of(const layer *l, const amp_tail_half *th, float *buf, long o,
+                                   int size)
+{
+    return th->y ? load_half(buf, th->y + o, size, th->bf16) : l->output + o;
+}
+
 /* Channel f without batch-norm: the activation's gradient and the bias's. */
-TAIL_INLINE void backward_bias(const layer *l, int f, int n, int size)
+TAIL_INLINE void backward_bias(const layer *l, const amp_tail_half *th, float *buf, int f, int n,
+                               int size)
 {
     float *d = l->delta;
     for (int b = 0; b < l->batch; ++b) { /* added per image, as darknet does */
         const long o = ((long)b * n + f) * size;
-        gradient_slice(d + o, l->output + o, size, l->activation);
+        gradient_slice(d + o, output_of(l, th, buf, o, size), size, l->activation);
         float s = 0;
 #pragma omp simd reduction(+ : s)
         for (int i = 0; i < size; ++i) s += d[o + i];
@@ -154,24 +204,44 @@ TAIL_INLINE void backward_bias(const layer *l, int f, int n, int size)
 }
 
 /* Channel f with batch-norm. */
-TAIL_INLINE void backward_norm(const layer *l, const float *mean, const float *variance, int f, int n,
-                          int size)
+/* The batch-norm input of one slice: darknet's array, or from half storage
+ * into buf. */
+TAIL_INLINE const float *input_of(const layer *l, const amp_tail_half *th, float *buf, long o,
+                                  int size)
+{
+    return th->x ? load_half(buf, th->x + o, size, th->bf16) : l->x + o;
+}
+
+TAIL_INLINE void backward_norm(const layer *l, const amp_tail_half *th, float *buf,
+                               const float *mean, const float *variance, int f, int n, int size,
+                               int cudnn)
 {
     const int batch = l->batch;
     float *d = l->delta;
-    const float *y = l->output;
     const float count = (float)size * batch;
+    /* the forward's normalisation, to make x_norm again from x half (th->x) */
+    const float fm = mean[f], fden = cudnn ? sqrtf(variance[f] + .00001f)
+                                           : sqrtf(variance[f]) + .000001f;
     /* the activation's gradient, and the bias and scale gradients */
     float ss = 0;
     for (int b = 0; b < batch; ++b) {
         const long o = ((long)b * n + f) * size;
-        gradient_slice(d + o, y + o, size, l->activation);
+        gradient_slice(d + o, output_of(l, th, buf, o, size), size, l->activation);
         float s = 0;
-        const float *xn = l->x_norm + o;
+        if (th->x) {
+            const float *x = load_half(buf, th->x + o, size, th->bf16);
 #pragma omp simd reduction(+ : s, ss)
-        for (int i = 0; i < size; ++i) {
-            s += d[o + i];
-            ss += d[o + i] * xn[i];
+            for (int i = 0; i < size; ++i) {
+                s += d[o + i];
+                ss += d[o + i] * ((x[i] - fm) / fden);
+            }
+        } else {
+            const float *xn = l->x_norm + o;
+#pragma omp simd reduction(+ : s, ss)
+            for (int i = 0; i < size; ++i) {
+                s += d[o + i];
+                ss += d[o + i] * xn[i];
+            }
         }
         l->bias_updates[f] += s;
     }
@@ -183,7 +253,7 @@ TAIL_INLINE void backward_norm(const layer *l, const float *mean, const float *v
     for (int b = 0; b < batch; ++b) {
         const long o = ((long)b * n + f) * size;
         float *dd = d + o;
-        const float *x = l->x + o;
+        const float *x = input_of(l, th, buf, o, size);
 #pragma omp simd reduction(+ : md, vd)
         for (int i = 0; i < size; ++i) {
             dd[i] *= sc;
@@ -199,7 +269,7 @@ TAIL_INLINE void backward_norm(const layer *l, const float *mean, const float *v
     for (int b = 0; b < batch; ++b) {
         const long o = ((long)b * n + f) * size;
         float *dd = d + o;
-        const float *x = l->x + o;
+        const float *x = input_of(l, th, buf, o, size);
 #pragma omp simd
         for (int i = 0; i < size; ++i) dd[i] = dd[i] * inv + kv * (x[i] - m) + km;
     }
@@ -207,31 +277,36 @@ TAIL_INLINE void backward_norm(const layer *l, const float *mean, const float *v
 
 /* The four per-channel functions for one instruction set. */
 typedef struct tail_kernels {
-    void (*forward_bias)(const layer *l, int f, int n, int size);
-    void (*forward_norm)(const layer *l, int train, int f, int n, int size, int cudnn);
-    void (*backward_bias)(const layer *l, int f, int n, int size);
-    void (*backward_norm)(const layer *l, const float *mean, const float *variance, int f, int n,
+    void (*forward_bias)(const layer *l, const amp_tail_half *th, int f, int n, int size);
+    void (*forward_norm)(const layer *l, const amp_tail_half *th, int train, int f, int n,
+                         int size, int cudnn);
+    void (*backward_bias)(const layer *l, const amp_tail_half *th, float *buf, int f, int n,
                           int size);
+    void (*backward_norm)(const layer *l, const amp_tail_half *th, float *buf, const float *mean,
+                          const float *variance, int f, int n, int size, int cudnn);
 } tail_kernels;
 
 #define TAIL_VARIANTS(attr, isa)                                                                  \
-    attr static void forward_bias_##isa(const layer *l, int f, int n, int size)                   \
+    attr static void forward_bias_##isa(const layer *l, const amp_tail_half *th, int f, int n,    \
+                                        int size)                                                 \
     {                                                                                             \
-        forward_bias(l, f, n, size);                                                              \
+        forward_bias(l, th, f, n, size);                                                          \
     }                                                                                             \
-    attr static void forward_norm_##isa(const layer *l, int train, int f, int n, int size,        \
-                                        int cudnn)                                                \
+    attr static void forward_norm_##isa(const layer *l, const amp_tail_half *th, int train,       \
+                                        int f, int n, int size, int cudnn)                        \
     {                                                                                             \
-        forward_norm(l, train, f, n, size, cudnn);                                                \
+        forward_norm(l, th, train, f, n, size, cudnn);                                            \
     }                                                                                             \
-    attr static void backward_bias_##isa(const layer *l, int f, int n, int size)                  \
+    attr static void backward_bias_##isa(const layer *l, const amp_tail_half *th, float *buf,     \
+                                         int f, int n, int size)                                  \
     {                                                                                             \
-        backward_bias(l, f, n, size);                                                             \
+        backward_bias(l, th, buf, f, n, size);                                                    \
     }                                                                                             \
-    attr static void backward_norm_##isa(const layer *l, const float *mean,                       \
-                                         const float *variance, int f, int n, int size)           \
+    attr static void backward_norm_##isa(const layer *l, const amp_tail_half *th, float *buf,     \
+                                         const float *mean, const float *variance, int f, int n,  \
+                                         int size, int cudnn)                                     \
     {                                                                                             \
-        backward_norm(l, mean, variance, f, n, size);                                             \
+        backward_norm(l, th, buf, mean, variance, f, n, size, cudnn);                             \
     }                                                                                             \
     static const tail_kernels tail_##isa = {forward_bias_##isa, forward_norm_##isa,               \
                                             backward_bias_##isa, backward_norm_##isa};
@@ -256,18 +331,28 @@ static const tail_kernels *kernels(void)
     return &tail_sse2;
 }
 
+/* The half storage the plan gave l's tail for this call (storage.c), or none. */
+static const amp_tail_half *half_of(const layer *l)
+{
+    static const amp_tail_half none = {NULL, NULL, 0, 0};
+    const amp_layer *al = l->hook_data;
+    if (!al || !al->owner || al->owner->ops != &amp_cpu_backend || !al->bk) return &none;
+    return &cpu_layer_of(al)->tail;
+}
+
 void amp_tail_forward(layer l, network net, int nbias, int bias_size, amp_bn_formula bn)
 {
     const int n = nbias, size = bias_size, train = net.train, cudnn = bn == AMP_BN_CUDNN;
     const long total = (long)l.batch * n * size;
     const tail_kernels *k = kernels();
+    const amp_tail_half *th = half_of(&l);
     if (!l.batch_normalize) {
 #pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
-        for (int f = 0; f < n; ++f) k->forward_bias(&l, f, n, size);
+        for (int f = 0; f < n; ++f) k->forward_bias(&l, th, f, n, size);
         return;
     }
 #pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
-    for (int f = 0; f < n; ++f) k->forward_norm(&l, train, f, n, size, cudnn);
+    for (int f = 0; f < n; ++f) k->forward_norm(&l, th, train, f, n, size, cudnn);
 }
 
 void amp_tail_backward(layer l, network net, int nbias, int bias_size)
@@ -275,13 +360,28 @@ void amp_tail_backward(layer l, network net, int nbias, int bias_size)
     const tail_kernels *k = kernels();
     const int n = nbias, size = bias_size;
     const long total = (long)l.batch * n * size;
-    if (!l.batch_normalize) {
-#pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
-        for (int f = 0; f < n; ++f) k->backward_bias(&l, f, n, size);
-        return;
-    }
+    const amp_tail_half *th = half_of(&l);
     const float *mean = net.train ? l.mean : l.rolling_mean;
     const float *variance = net.train ? l.variance : l.rolling_variance;
+    /* a slice read from half storage, per thread */
+    float *bufs = NULL;
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    if (th->x || th->y) {
+        bufs = malloc((size_t)threads * (size_t)size * sizeof(float));
+        if (!bufs) abort(); /* as darknet's allocations inside a step */
+    }
 #pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
-    for (int f = 0; f < n; ++f) k->backward_norm(&l, mean, variance, f, n, size);
+    for (int f = 0; f < n; ++f) {
+        int t = 0;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+#endif
+        float *buf = bufs ? bufs + (size_t)t * size : NULL;
+        if (l.batch_normalize) k->backward_norm(&l, th, buf, mean, variance, f, n, size, th->cudnn);
+        else k->backward_bias(&l, th, buf, f, n, size);
+    }
+    free(bufs);
 }

@@ -58,6 +58,9 @@ typedef struct amp_options {
     float min_scale;       /* backoff never goes below */
     float max_scale;       /* growth never goes above */
     long max_skips;        /* error after this many skipped steps in a row; 0 = never */
+    int half_activations;  /* amp_activations: 1 (half, the default) stores the tensors
+                              between half layers in the half dtype where the backend can;
+                              0 (float32) keeps every tensor darknet's float32 */
 } amp_options;
 
 /* Defaults: PyTorch GradScaler's (65536, x2, x0.5, 2000), hysteresis 1, scale in

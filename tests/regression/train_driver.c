@@ -26,7 +26,8 @@
  * then synchronises once, after reading the count); the blocking CUDA calls it
  * made, when the counting shim tests/cuda/sync_count_shim.c is preloaded
  * (else -1); the device memory in use (cudaMemGetInfo, the whole device; -1
- * on the CPU). The other lines are unchanged.
+ * on the CPU); and at the end "peak_rss_mib MIB": the process's peak resident
+ * memory (getrusage), the whole run's. The other lines are unchanged.
  */
 #include "darknet.h"
 #ifdef DARKNET_AMP
@@ -37,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #ifdef GPU
 #include <cuda_runtime_api.h>
@@ -289,6 +291,9 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("weights %s %ld bytes fnv1a64 %016llx\n", save, bytes, (unsigned long long)sum);
+    struct rusage ru;
+    if (timing && getrusage(RUSAGE_SELF, &ru) == 0)
+        printf("peak_rss_mib %.1f\n", ru.ru_maxrss / 1024.0); /* Linux: kilobytes */
     free_network(net);
     for (int i = 0; i < npaths; ++i) free(paths[i]);
     free(paths);

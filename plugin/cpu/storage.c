@@ -1,0 +1,186 @@
+/* The activation plan on the CPU (plan.c decides it; this carries it out):
+ * the tensors the plan keeps in half are arrays of 16-bit patterns of the
+ * half dtype in darknet's NCHW order, and darknet's float32 arrays for them
+ * are freed.
+ *
+ * - A layer's output in half is darknet's own l.output pointer, shrunk to 2
+ *   bytes an element: forward_network hands it to the next layer as
+ *   net.input, and every layer that reads it runs a half form that knows.
+ * - Its delta in half is cpu_layer.delta_h, and darknet's l.delta is NULL:
+ *   forward_network then does not zero it (the layer's half form does), and
+ *   the layers that add into it find it through the plan.
+ * - A half layer's batch-norm input (x_half) is cpu_layer.x_h; darknet's x
+ *   and x_norm are freed (tail.c keeps x in half and makes x_norm again).
+ *
+ * A half layer (convolutional, deconvolutional, connected) runs its own
+ * forward and backward (oneDNN's or the emulation's) inside the plan's:
+ * a half input is widened to float32 into a buffer the network shares, its
+ * float32 result goes through the tail straight into half storage, and its
+ * data gradient is added into the half delta of the layer before it, the sum
+ * in float32, rounded once. The data-movement layers' half forms are in
+ * movement.c and maxpool.c.
+ *
+ * darknet's resize_network (random=1) makes every array again in float32;
+ * the hook of patch 0015 calls amp_cpu_activations again, which shrinks them.
+ */
+#include "cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static amp_dtype dtype_of(const amp_layer *al)
+{
+    return al->owner->scaler->opt.dtype;
+}
+
+/* A buffer of at least n floats (grown, never shrunk); aborts when out of
+ * memory, as darknet's own allocations do inside a training step. */
+float *amp_cpu_reserve(amp_buffer *b, size_t n)
+{
+    if (b->n < n) {
+        float *p = realloc(b->data, n * sizeof(float));
+        if (!p) abort();
+        b->data = p;
+        b->n = n;
+    }
+    return b->data;
+}
+
+uint16_t *amp_cpu_half_delta(const amp_net *an, int i)
+{
+    if (i < 0 || !an->layers[i].out_half || !an->layers[i].bk) return NULL;
+    return cpu_layer_of(&an->layers[i])->delta_h;
+}
+
+/* The half layer's input is the previous layer's half output. */
+static int input_half(const amp_layer *al)
+{
+    return al->index > 0 && al->owner->layers[al->index - 1].out_half;
+}
+
+static void converts_forward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    cpu_layer *c = cpu_layer_of(al);
+    cpu_net *cn = cpu_net_of(al->owner);
+    const amp_dtype dt = dtype_of(al);
+    const size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
+    if (input_half(al)) {
+        float *in = amp_cpu_reserve(&cn->in32, nin);
+        amp_cpu_from_half(dt, (const uint16_t *)net.input, in, nin);
+        net.input = in;
+    }
+    c->tail = (amp_tail_half){al->x_half ? c->x_h : NULL, NULL, dt == AMP_DTYPE_BFLOAT16,
+                              cn->bn_formula == AMP_BN_CUDNN};
+    if (al->out_half) {
+        c->tail.y = (uint16_t *)l.output;
+        l.output = amp_cpu_reserve(&cn->out32, nout);
+        memset(c->delta_h, 0, nout * sizeof(uint16_t)); /* forward_network's zeroing */
+    }
+    c->inner_forward(l, net);
+    c->tail = (amp_tail_half){NULL, NULL, 0, 0};
+}
+
+static void converts_backward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    cpu_layer *c = cpu_layer_of(al);
+    cpu_net *cn = cpu_net_of(al->owner);
+    const amp_dtype dt = dtype_of(al);
+    const size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
+    c->tail = (amp_tail_half){al->x_half ? c->x_h : NULL, NULL, dt == AMP_DTYPE_BFLOAT16,
+                              cn->bn_formula == AMP_BN_CUDNN};
+    if (al->out_half) {
+        c->tail.y = (uint16_t *)l.output;
+        l.delta = amp_cpu_reserve(&cn->out32, nout);
+        amp_cpu_from_half(dt, c->delta_h, l.delta, nout);
+    }
+    uint16_t *prev_delta = NULL;
+    if (input_half(al)) {
+        float *in = amp_cpu_reserve(&cn->in32, nin);
+        amp_cpu_from_half(dt, (const uint16_t *)net.input, in, nin);
+        net.input = in;
+        prev_delta = amp_cpu_half_delta(al->owner, al->index - 1);
+        net.delta = NULL;
+        if (prev_delta) {
+            net.delta = amp_cpu_reserve(&cn->dx32, nin);
+            memset(net.delta, 0, nin * sizeof(float));
+        }
+    }
+    c->inner_backward(l, net);
+    if (prev_delta) amp_cpu_add_half(dt, prev_delta, net.delta, nin);
+    c->tail = (amp_tail_half){NULL, NULL, 0, 0};
+}
+
+/* n 16-bit elements at *p (a darknet array or the plan's), or NULL on failure. */
+static int resize_half(void *pp, size_t n)
+{
+    void **p = pp;
+    void *q = realloc(*p, n * sizeof(uint16_t));
+    if (!q) return 0;
+    *p = q;
+    return 1;
+}
+
+amp_status amp_cpu_activations(amp_net *an, char *err, size_t errlen)
+{
+    network *net = an->net;
+    for (int i = 0; i < net->n; ++i) {
+        amp_layer *al = &an->layers[i];
+        layer *l = &net->layers[i];
+        const int converts = al->io == AMP_IO_CONVERTS &&
+                             (al->out_half || al->x_half || input_half(al));
+        if (!al->out_half && !al->region && !converts) continue;
+        if (!al->bk) { /* a data-movement layer */
+            al->bk = calloc(1, sizeof(cpu_layer));
+            AMP_RETURN_ERROR_IF(!al->bk, AMP_ERR_NOMEM, err, errlen,
+                                "amp: out of memory storing layer %d's activations", i);
+        }
+        cpu_layer *c = cpu_layer_of(al);
+        const size_t n = (size_t)l->outputs * l->batch;
+        int ok = 1;
+        if (al->out_half) {
+            ok = resize_half(&l->output, n) && resize_half(&c->delta_h, n);
+            if (ok) memset(c->delta_h, 0, n * sizeof(uint16_t));
+            free(l->delta);
+            l->delta = NULL;
+        }
+        if (ok && al->x_half) {
+            ok = resize_half(&c->x_h, n);
+            free(l->x);
+            free(l->x_norm);
+            l->x = l->x_norm = NULL;
+        }
+        AMP_RETURN_ERROR_IF(!ok, AMP_ERR_NOMEM, err, errlen,
+                            "amp: out of memory storing layer %d's activations in half", i);
+        c->plan_n = n;
+        if (converts && al->forward != converts_forward) {
+            c->inner_forward = al->forward;
+            c->inner_backward = al->backward;
+            al->forward = converts_forward;
+            al->backward = converts_backward;
+        }
+        if (al->region) amp_movement_install(al, l);
+    }
+    return AMP_OK;
+}
+
+void amp_cpu_activations_release(amp_net *an)
+{
+    network *net = an->net;
+    for (int i = 0; i < net->n; ++i) {
+        amp_layer *al = &an->layers[i];
+        layer *l = &net->layers[i];
+        const size_t n = (size_t)l->outputs * l->batch;
+        if (al->out_half) { /* darknet's float32 arrays again, zeroed as darknet made them */
+            free(l->output);
+            l->output = calloc(n, sizeof(float));
+            l->delta = calloc(n, sizeof(float));
+        }
+        if (al->x_half) {
+            l->x = calloc(n, sizeof(float));
+            l->x_norm = calloc(n, sizeof(float));
+        }
+        al->out_half = al->x_half = al->region = 0;
+    }
+}

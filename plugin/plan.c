@@ -1,0 +1,143 @@
+/* The activation plan: how each tensor between layers is stored, decided once
+ * at attach, the same way on every device (docs/design.md, "Activations").
+ *
+ * A tensor is a layer's output with its delta (the gradient darknet sums into
+ * it). It is stored in the half dtype when the layer that writes it and every
+ * layer that reads it can run that way (amp_layer.io, which the backend sets):
+ * half layers (AMP_IO_CONVERTS) read and write either storage, converting at
+ * their edges; data-movement layers (AMP_IO_HALF: maxpool, route, upsample,
+ * shortcut where the backend has their half forms) run their half form only
+ * when every tensor they read and the one they write are half. Every other
+ * tensor stays darknet's float32 NCHW: the input image, what loss layers,
+ * amp=0 layers and layers with no half form read, and the network's output.
+ * So a conversion happens once at each edge of a half region.
+ *
+ * A half layer with batch-norm also keeps its batch-norm input (x) in half:
+ * it is the half-rounded convolution, exact in half, and the normalised
+ * values (x_norm) are made again from it in the backward, bit for bit.
+ */
+#include "backend.h" /* the backend's name */
+
+#include <stdlib.h>
+
+int amp_plan_inputs(const network *net, int i, int *src, int max)
+{
+    const layer *l = &net->layers[i];
+    int n = 0;
+    if (l->type == ROUTE) {
+        for (int k = 0; k < l->n && n < max; ++k) src[n++] = l->input_layers[k];
+        return n;
+    }
+    src[n++] = i - 1; /* net.input: the previous layer's output, or the image */
+    if (l->type == SHORTCUT && n < max) src[n++] = l->index;
+    return n;
+}
+
+#define PLAN_MAX_INPUTS 32
+
+/* Every layer that reads tensor i is in cand. */
+static int readers_can(const network *net, const int *cand, int i)
+{
+    for (int j = i + 1; j < net->n; ++j) {
+        int src[PLAN_MAX_INPUTS];
+        const int n = amp_plan_inputs(net, j, src, PLAN_MAX_INPUTS);
+        for (int k = 0; k < n; ++k)
+            if (src[k] == i && !cand[j]) return 0;
+    }
+    return 1;
+}
+
+void amp_plan_make(amp_net *an)
+{
+    const network *net = an->net;
+    int *cand = calloc((size_t)net->n, sizeof *cand);
+    for (int i = 0; i < net->n; ++i) {
+        amp_layer *al = &an->layers[i];
+        al->out_half = al->region = al->x_half = 0;
+        if (cand) cand[i] = an->plan_on && al->io != AMP_IO_FLOAT32;
+    }
+    if (!cand) return; /* out of memory: everything float32, as darknet has it */
+    /* A data-movement layer leaves the region when a tensor it reads or
+     * writes cannot be half; that may push others out: until nothing moves. */
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 0; i < net->n; ++i)
+            an->layers[i].out_half = cand[i] && i != net->n - 1 && readers_can(net, cand, i);
+        for (int i = 0; i < net->n; ++i) {
+            if (!cand[i] || an->layers[i].io != AMP_IO_HALF) continue;
+            int src[PLAN_MAX_INPUTS], ok = an->layers[i].out_half;
+            const int n = amp_plan_inputs(net, i, src, PLAN_MAX_INPUTS);
+            for (int k = 0; k < n && ok; ++k) ok = src[k] >= 0 && an->layers[src[k]].out_half;
+            if (!ok) cand[i] = 0, changed = 1;
+        }
+    }
+    for (int i = 0; i < net->n; ++i) {
+        amp_layer *al = &an->layers[i];
+        al->region = al->io == AMP_IO_HALF && cand[i];
+        al->x_half = al->io == AMP_IO_CONVERTS && cand[i] && net->layers[i].batch_normalize;
+    }
+    free(cand);
+}
+
+void amp_plan_bytes(const amp_net *an, double *fp32, double *planned)
+{
+    *fp32 = *planned = 0;
+    for (int i = 0; i < an->net->n; ++i) {
+        const layer *l = &an->net->layers[i];
+        const amp_layer *al = &an->layers[i];
+        const double n = (double)l->outputs * l->batch;
+        const double x = al->io == AMP_IO_CONVERTS && l->batch_normalize ? 2 * n : 0;
+        const double t = (l->output ? n : 0) + (l->delta || al->out_half ? n : 0);
+        *fp32 += 4 * (t + x);
+        *planned += (al->out_half ? 2 : 4) * t + (al->x_half ? n * 2 : 4 * x);
+    }
+}
+
+/* "0-14,17" into buf: the layers whose flag is set. */
+static void list_layers(const amp_net *an, int which, char *buf, size_t size)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < an->net->n && k < size; ++i) {
+        const amp_layer *al = &an->layers[i];
+        const int on = which ? al->region : al->out_half;
+        if (!on || (i > 0 && (which ? an->layers[i - 1].region : an->layers[i - 1].out_half)))
+            continue;
+        int j = i;
+        while (j + 1 < an->net->n &&
+               (which ? an->layers[j + 1].region : an->layers[j + 1].out_half))
+            ++j;
+        k += (size_t)snprintf(buf + k, size - k, j > i ? "%s%d-%d" : "%s%d", k ? "," : "", i, j);
+    }
+}
+
+void amp_plan_print(const amp_net *an, FILE *out)
+{
+    if (!an->plan_on) {
+        if (an->scaler->opt.dtype != AMP_DTYPE_FLOAT32)
+            fprintf(out, "amp:   activations: float32 (amp_activations=float32)\n");
+        return;
+    }
+    int nhalf = 0, nregion = 0;
+    for (int i = 0; i < an->net->n; ++i) {
+        nhalf += an->layers[i].out_half;
+        nregion += an->layers[i].region;
+    }
+    double fp32, planned;
+    amp_plan_bytes(an, &fp32, &planned);
+    const char *dt = amp_dtype_name(an->scaler->opt.dtype);
+    if (!nhalf) {
+        fprintf(out, "amp:   activations: float32 (no tensor between two layers that %s runs "
+                     "in half)\n", an->ops->name);
+        return;
+    }
+    char layers[AMP_MSG_LEN];
+    list_layers(an, 0, layers, sizeof layers);
+    fprintf(out, "amp:   activations: %d of %d layers' outputs and deltas in %s (%s); "
+                 "%.1f MiB at batch %d, against %.1f MiB in float32\n",
+            nhalf, an->net->n, dt, layers, planned / 1048576.0, an->net->batch, fp32 / 1048576.0);
+    if (nregion) {
+        list_layers(an, 1, layers, sizeof layers);
+        fprintf(out, "amp:   data movement in %s: %d layers (%s)\n", dt, nregion, layers);
+    }
+}

@@ -46,7 +46,9 @@ static inline network *test_attach(network *net, const amp_options *o, const cha
 /* Inputs uniform in [-1, 1] from srand(seed); with labels, one random class
  * per image (softmax and cost layers). */
 /* cfg's network (CPU) with AMP in dtype at a static loss scale of 1, on the
- * CPU path cpu_path: the rounding tests' setting (no scaling to undo). */
+ * CPU path cpu_path: the rounding tests' setting (no scaling to undo). Every
+ * tensor between layers in float32 (amp_activations=float32): the tests read
+ * and write layers' arrays one layer at a time. */
 static inline network *test_half_static(const char *cfg, amp_dtype dtype, const char *cpu_path)
 {
     network *net = test_net(cfg, 0);
@@ -54,6 +56,7 @@ static inline network *test_half_static(const char *cfg, amp_dtype dtype, const 
     amp_options_init(&o, dtype);
     o.dynamic = 0;
     o.init_scale = 1;
+    o.half_activations = 0;
     return test_attach(net, &o, cpu_path);
 }
 

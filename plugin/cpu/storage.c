@@ -108,6 +108,10 @@ static void converts_backward(layer l, network net)
         }
     }
     c->inner_backward(l, net);
+    /* darknet leaves a layer's delta holding the gradient its backward made
+     * of it (through the activation and batch-norm): so does the plan, in half
+     * (the value its GEMMs used) */
+    if (al->out_half) amp_cpu_to_half(dt, l.delta, c->delta_h, nout);
     if (prev_delta) amp_cpu_add_half(dt, prev_delta, net.delta, nin);
     c->tail = (amp_tail_half){NULL, NULL, 0, 0};
 }

@@ -21,6 +21,10 @@
  *   backend_parity --no-cpu-reference CFG     GPU only, against darknet's
  *                                             float32 GPU layers (for layers
  *                                             darknet cannot run on the CPU)
+ *   --plan                                    the CPU modes with the activation
+ *                                             plan on (amp_activations=half):
+ *                                             tensors between half layers in
+ *                                             half, compared widened to float32
  *
  * Networks from CFG, same seed (same initial weights), same input, same
  * gradient arriving at the last layer. Each pair: every layer's output (a
@@ -107,6 +111,10 @@ typedef struct {
     amp_bn_formula bn;      /* a CPU network's half batch-norm */
 } net_spec;
 
+/* --plan: the activation plan on (amp_activations=half): the tensors between
+ * half layers stored in half, read here through tensor(). */
+static int plan_on;
+
 static double eps_of(amp_dtype t)
 {
     return t == AMP_DTYPE_BFLOAT16 ? 1.0 / 256 : 1.0 / 2048;
@@ -126,6 +134,7 @@ static network *build(const char *cfg, const net_spec *sp)
     amp_options_init(&o, sp->dtype);
     o.dynamic = 0;
     o.init_scale = 1;
+    o.half_activations = plan_on; /* off: every layer's arrays are darknet's float32 */
     amp_scaler *s = NULL;
     if (amp_scaler_create(&o, &s, err, sizeof err) != AMP_OK ||
         amp_attach(net, s, err, sizeof err) != AMP_OK) {
@@ -136,7 +145,17 @@ static network *build(const char *cfg, const net_spec *sp)
     amp_net *an = amp_net_of(net);
     if (!sp->gpu) cpu_net_of(an)->bn_formula = sp->bn;
     amp_policy_print(an, stdout);
+    amp_plan_print(an, stdout);
     return net;
+}
+
+/* --plan: the tensors the plan stores in half (none without the plan). */
+static int half_tensors(network *net)
+{
+    const amp_net *an = amp_net_of(net);
+    int n = 0;
+    for (int i = 0; an && i < net->n; ++i) n += an->layers[i].out_half;
+    return n;
 }
 
 static size_t nweights(const layer *l)
@@ -265,13 +284,37 @@ static void run(network *net, unsigned seed)
 #endif
 }
 
+/* Layer i's output (or its delta) as float32: darknet's array, or the
+ * activation plan's half storage widened into buf (outputs x batch floats);
+ * NULL where the layer has none. */
+static const float *tensor(network *net, int i, int delta, float *buf)
+{
+    layer *l = &net->layers[i];
+    const amp_net *an = amp_net_of(net);
+    if (an && an->layers[i].out_half) {
+        const uint16_t *h = delta ? cpu_layer_of(&an->layers[i])->delta_h
+                                  : (const uint16_t *)l->output;
+        amp_cpu_from_half(an->scaler->opt.dtype, h, buf, (size_t)l->outputs * l->batch);
+        return buf;
+    }
+    return delta ? l->delta : l->output;
+}
+
 static void compare_nets(network *a, network *b, const bounds *bd, const char *when)
 {
     char what[96];
+    size_t most = 0;
+    for (int i = 0; i < a->n; ++i)
+        if ((size_t)a->layers[i].outputs * a->layers[i].batch > most)
+            most = (size_t)a->layers[i].outputs * a->layers[i].batch;
+    float *ba = malloc(most * sizeof(float)), *bb = malloc(most * sizeof(float));
+    CHECK(ba && bb, "memory for %zu floats", most);
+    if (!ba || !bb) exit(1);
     for (int i = 0; i < a->n; ++i) {
         layer *la = &a->layers[i], *lb = &b->layers[i];
         snprintf(what, sizeof what, "%s layer %d output", when, i);
-        compare(what, la->output, lb->output, (size_t)la->outputs * la->batch, bd, 0);
+        compare(what, tensor(a, i, 0, ba), tensor(b, i, 0, bb), (size_t)la->outputs * la->batch,
+                bd, 0);
         layer *pa[AMP_MAX_SUBLAYERS], *pb[AMP_MAX_SUBLAYERS];
         const char *names[AMP_MAX_SUBLAYERS];
         int np = parts(la, pa, names);
@@ -284,9 +327,10 @@ static void compare_nets(network *a, network *b, const bounds *bd, const char *w
     }
     for (int i = 0; i < a->n; ++i) {
         layer *la = &a->layers[i], *lb = &b->layers[i];
-        if (la->delta) {
+        const float *da = tensor(a, i, 1, ba), *db = tensor(b, i, 1, bb);
+        if (da && db) {
             snprintf(what, sizeof what, "%s layer %d delta", when, i);
-            compare(what, la->delta, lb->delta, (size_t)la->outputs * la->batch, bd, 1);
+            compare(what, da, db, (size_t)la->outputs * la->batch, bd, 1);
         }
         layer *pa[AMP_MAX_SUBLAYERS], *pb[AMP_MAX_SUBLAYERS];
         const char *names[AMP_MAX_SUBLAYERS];
@@ -304,6 +348,8 @@ static void compare_nets(network *a, network *b, const bounds *bd, const char *w
             }
         }
     }
+    free(ba);
+    free(bb);
 }
 
 /* New weights (as an update or a load would leave them), on the device too. */
@@ -405,6 +451,9 @@ static void cpu_half(const char *cfg, const char *path, int resize)
               "%s: %d of %d convolutional, deconvolutional, connected and recurrent layers in "
               "half on the CPU (%d through oneDNN)", amp_dtype_name(dt), have, want,
               count_runner(nets[1], AMP_CPU_RUNS_ONEDNN));
+        if (plan_on)
+            CHECK(half_tensors(nets[1]) > 0, "%s: the plan stores %d layers' outputs in half",
+                  amp_dtype_name(dt), half_tensors(nets[1]));
         passes(nets, 2, (int[]){0}, (int[]){1}, &bd, 1, resize);
         free_nets(nets, 2);
     }
@@ -440,6 +489,10 @@ static int onednn(const char *cfg, int expect, int resize)
         if (pairs[k].ref.amp)
             CHECK(count_runner(nets[0], AMP_CPU_RUNS_ONEDNN) == 0, "%s: the reference runs none "
                   "through oneDNN", pairs[k].bd.name);
+        if (plan_on && pairs[k].ref.amp) /* float32 has no plan */
+            CHECK(half_tensors(nets[0]) > 0 && half_tensors(nets[0]) == half_tensors(nets[1]),
+                  "%s: the plan stores %d layers' outputs in half, in both", pairs[k].bd.name,
+                  half_tensors(nets[1]));
         passes(nets, 2, (int[]){0}, (int[]){1}, &pairs[k].bd, 1, resize);
         CHECK(onednn_fallbacks(nets[1]) == 0, "%s: no oneDNN layer ran in the emulation instead "
               "(%d did)", pairs[k].bd.name, onednn_fallbacks(nets[1]));
@@ -522,12 +575,13 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--onednn") && i + 1 < argc)
             mode = "onednn", expect = atoi(argv[++i]);
         else if (!strcmp(argv[i], "resize")) resize = 1;
+        else if (!strcmp(argv[i], "--plan")) plan_on = 1;
         else if (!cfg) cfg = argv[i];
         else bad = 1;
     }
     if (!cfg || bad) {
         fprintf(stderr, "usage: backend_parity [--emulation | --cpu | --onednn N | "
-                        "--no-cpu-reference] CFG [resize]\n");
+                        "--no-cpu-reference] [--plan] CFG [resize]\n");
         return 2;
     }
     int skip = 0;

@@ -109,6 +109,11 @@ struct amp_backend_ops {
      * layers, the fraction that rounding to the half type flushed to zero
      * (amp_network_flushed); without it, 0. */
     double (*flushed)(const amp_net *an);
+    /* Optional: the bytes the backend holds beside darknet's arrays, for
+     * DARKNET_AMP_PROFILE's memory line: per-parameter copies (the saved
+     * histories, half weights) and workspaces (buffers the layers share, a
+     * library's). */
+    void (*memory)(const amp_net *an, double *copies, double *workspaces);
     /* Optional: start-up warnings (a CPU without bfloat16 instructions). */
     void (*describe)(const amp_net *an, FILE *out);
 };

@@ -101,9 +101,30 @@ static amp_layer_profile half_profile(const amp_layer *al)
     return sum;
 }
 
+/* Where the memory is: darknet's parameters with their gradients, the
+ * backend's copies of them, the activations (the plan's, and what float32
+ * would hold), the workspaces (darknet's im2col buffer, the backend's). */
+static void print_memory(const amp_net *an, FILE *out)
+{
+    const double mib = 1048576.0;
+    double params = 2.0 * sizeof(float) * (double)an->nparams, copies = 0, backend_ws = 0;
+    double fp32, planned, darknet_ws = 0;
+    for (int i = 0; i < an->net->n; ++i)
+        if ((double)an->net->layers[i].workspace_size > darknet_ws)
+            darknet_ws = (double)an->net->layers[i].workspace_size;
+    amp_plan_bytes(an, &fp32, &planned);
+    if (an->ops->memory) an->ops->memory(an, &copies, &backend_ws);
+    fprintf(out, "amp: profile: memory: parameters and gradients %.1f MiB, AMP's copies of them "
+                 "%.1f MiB, activations %.1f MiB (%.1f MiB in float32), workspaces %.1f MiB "
+                 "(darknet's %.1f, the %s backend's %.1f)\n",
+            params / mib, copies / mib, planned / mib, fp32 / mib, (darknet_ws + backend_ws) / mib,
+            darknet_ws / mib, an->ops->name, backend_ws / mib);
+}
+
 void amp_profile_print(const amp_net *an, FILE *out)
 {
     print_by_type(an, out);
+    print_memory(an, out);
     amp_layer_profile sum = {0};
     for (int i = 0; i < an->net->n; ++i) {
         const amp_layer_profile own = half_profile(&an->layers[i]), *p = &own;

@@ -305,6 +305,24 @@ static double flushed(const amp_net *an)
     return cn->grad_nonzero ? (double)cn->grad_flushed / (double)cn->grad_nonzero : 0.0;
 }
 
+static void memory(const amp_net *an, double *copies, double *workspaces)
+{
+    const cpu_net *cn = cpu_net_of(an);
+    *copies = (double)an->nparams * sizeof(float); /* the batch-start histories */
+    for (int i = 0; i < an->net->n; ++i) {
+        const amp_layer *al = &an->layers[i];
+        for (int k = -1; k < al->nsubs; ++k) {
+            const amp_layer *r = k < 0 ? al : &al->subs[k];
+            if (!r->bk) continue;
+            *copies += (double)cpu_layer_of(r)->wq.n * sizeof(float) +
+                       (double)amp_onednn_weight_bytes(cpu_layer_of(r));
+        }
+    }
+    const amp_buffer *b[] = {&cn->xq, &cn->dq, &cn->tmp, &cn->gx, &cn->in32, &cn->out32, &cn->dx32};
+    *workspaces = (double)cn->arena_bytes;
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) *workspaces += (double)b[i]->n * sizeof(float);
+}
+
 static void describe(const amp_net *an, FILE *out)
 {
     int native = 0;
@@ -373,5 +391,6 @@ const amp_backend_ops amp_cpu_backend = {
     .poke = poke,
     .poke_delta = poke_delta,
     .flushed = flushed,
+    .memory = memory,
     .describe = describe,
 };

@@ -119,13 +119,17 @@ typedef enum amp_cpu_runner {
 } amp_cpu_runner;
 
 /* A half layer's tail on the activation plan's half storage (storage.c sets
- * it around a call): x, the batch-norm input, and y, the output, as 16-bit
- * patterns of the half dtype; NULL: darknet's float32 arrays. */
+ * it around a call): x, the batch-norm input, y, the output, and dh, the
+ * delta, as 16-bit patterns of the half dtype; NULL: darknet's float32
+ * arrays (l.x and l.x_norm, l.output, l.delta). */
 typedef struct amp_tail_half {
-    uint16_t *x, *y;
-    int bf16;  /* bfloat16 patterns, else float16 */
-    int cudnn; /* the batch-norm formula, for the backward to make x_norm again as the
-                  forward made it */
+    uint16_t *x, *y, *dh;
+    int bf16;      /* bfloat16 patterns, else float16 */
+    int cudnn;     /* the batch-norm formula, for the backward to make x_norm again as
+                      the forward made it */
+    int from_half; /* the forward's values are in half storage already (x, or y without
+                      batch-norm), put there by the convolution; else in l.output */
+    unsigned long long *nonzero, *flushed; /* dh: the gradient's rounding counted here */
 } amp_tail_half;
 
 typedef struct cpu_layer {
@@ -237,6 +241,8 @@ void amp_onednn_free(cpu_layer *c);
  * for the tests, which must not compare the emulation with itself. */
 int amp_onednn_fallbacks(const cpu_layer *c);
 void amp_onednn_ctx_free(cpu_net *cn);
+/* The bytes of a layer's weights in oneDNN's layouts (its half copies). */
+size_t amp_onednn_weight_bytes(const cpu_layer *c);
 /* A layer on oneDNN: 1 when it runs as im2col + matmul, else 0; -1 when not
  * on oneDNN. The timings (seconds for a forward and a backward) of the
  * choice made for its current shape in *t_direct and *t_matmul, -1 where

@@ -40,9 +40,13 @@ typedef struct dmem {
  * place in amp_dnnl_conv, which is copied whole (onednn_form.c). */
 typedef struct amp_dnnl_slot {
     size_t mem;   /* offsetof the dmem in amp_dnnl_conv */
-    long owner;   /* the owner's, or -1: at offset in the arena */
+    long owner;   /* the owner's, or -1: at offset in its group's part of the arena */
+    int group;    /* AMP_DNNL_BOTH, _FORWARD, _BACKWARD: the passes it lives in */
     size_t offset;
 } amp_dnnl_slot;
+/* A forward's memories and a backward's share the arena's space after the
+ * ones both use (the input, the matmul form's windows). */
+enum { AMP_DNNL_BOTH, AMP_DNNL_FORWARD, AMP_DNNL_BACKWARD, AMP_DNNL_GROUPS };
 #define AMP_DNNL_SLOTS 16
 
 /* The matmul form's buffers (im2col + matmul): owned ones, and views of
@@ -85,7 +89,8 @@ typedef struct amp_dnnl_conv {
     /* the memories in the arena, and the bytes they take there */
     amp_dnnl_slot slot[AMP_DNNL_SLOTS];
     int nslots;
-    size_t arena_bytes;
+    size_t group_bytes[AMP_DNNL_GROUPS];
+    size_t arena_bytes; /* both's, then the larger of the other two */
     unsigned long w_fwd_version, w_bwd_version;
     amp_dtype rounded;  /* float16, or bfloat16 where the CPU has no bfloat16
                            instructions: float32 primitives, every operand and

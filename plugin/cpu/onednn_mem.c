@@ -94,6 +94,7 @@ void amp_dnnl_release(amp_dnnl_conv *d)
     d->matmul = 0;
     d->nslots = 0;
     d->arena_bytes = 0;
+    for (int g = 0; g < AMP_DNNL_GROUPS; ++g) d->group_bytes[g] = 0;
 }
 
 /* A view of a darknet array (no storage), or oneDNN-owned storage. */
@@ -104,7 +105,22 @@ amp_status amp_dnnl_mem_view(dmem *m, const dnnl_memory_desc_t *md, dnnl_engine_
     return AMP_DNNL_CHECK(dnnl_memory_create(&m->m, md, e, DNNL_MEMORY_NONE));
 }
 
-/* A slot of d's arena share for m: at the next 64-byte boundary, or on owner. */
+static size_t align64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+/* Which passes use m: the forward's output only the forward; the input and
+ * the matmul form's windows both; every gradient the backward. */
+static int group_of(const amp_dnnl_conv *d, const dmem *m)
+{
+    if (m == &d->y) return AMP_DNNL_FORWARD;
+    if (m == &d->x || m == &d->mm.col) return AMP_DNNL_BOTH;
+    return AMP_DNNL_BACKWARD;
+}
+
+/* A slot of d's arena share for m: at the next 64-byte boundary of its
+ * group's part, or on owner. */
 static amp_status add_slot(amp_dnnl_conv *d, dmem *m, const dmem *owner, char *why, size_t whylen)
 {
     AMP_RETURN_ERROR_IF(d->nslots == AMP_DNNL_SLOTS, AMP_ERR_INVALID, why, whylen,
@@ -112,11 +128,14 @@ static amp_status add_slot(amp_dnnl_conv *d, dmem *m, const dmem *owner, char *w
     amp_dnnl_slot *s = &d->slot[d->nslots++];
     s->mem = (size_t)((const char *)m - (const char *)d);
     s->owner = owner ? (long)((const char *)owner - (const char *)d) : -1;
+    s->group = group_of(d, m);
     s->offset = 0;
     if (!owner) {
-        s->offset = (d->arena_bytes + 63) & ~(size_t)63;
-        d->arena_bytes = s->offset + dnnl_memory_desc_get_size(&m->md);
+        s->offset = align64(d->group_bytes[s->group]);
+        d->group_bytes[s->group] = s->offset + dnnl_memory_desc_get_size(&m->md);
     }
+    const size_t f = d->group_bytes[AMP_DNNL_FORWARD], b = d->group_bytes[AMP_DNNL_BACKWARD];
+    d->arena_bytes = align64(d->group_bytes[AMP_DNNL_BOTH]) + (f > b ? f : b);
     return AMP_OK;
 }
 
@@ -153,8 +172,9 @@ amp_status amp_dnnl_bind(amp_layer *al, amp_dnnl_conv *d)
     }
     for (int i = 0; i < d->nslots; ++i) { /* owners come before their views */
         const amp_dnnl_slot *s = &d->slot[i];
+        const size_t base = s->group == AMP_DNNL_BOTH ? 0 : align64(d->group_bytes[AMP_DNNL_BOTH]);
         void *p = s->owner >= 0 ? amp_dnnl_data_of(slot_mem(d, (size_t)s->owner))
-                                : (char *)cn->arena + s->offset;
+                                : (char *)cn->arena + base + s->offset;
         if (dnnl_memory_set_data_handle(slot_mem(d, s->mem)->m, p) != dnnl_success)
             return AMP_ERR_DEVICE;
     }

@@ -70,15 +70,15 @@ static void converts_forward(layer l, network net)
         amp_cpu_from_half(dt, (const uint16_t *)net.input, in, nin);
         net.input = in;
     }
-    c->tail = (amp_tail_half){al->x_half ? c->x_h : NULL, NULL, dt == AMP_DTYPE_BFLOAT16,
-                              cn->bn_formula == AMP_BN_CUDNN};
+    c->tail = (amp_tail_half){.x = al->x_half ? c->x_h : NULL, .bf16 = dt == AMP_DTYPE_BFLOAT16,
+                              .cudnn = cn->bn_formula == AMP_BN_CUDNN};
     if (al->out_half) {
         c->tail.y = (uint16_t *)l.output;
         l.output = amp_cpu_reserve(&cn->out32, nout);
         memset(c->delta_h, 0, nout * sizeof(uint16_t)); /* forward_network's zeroing */
     }
     c->inner_forward(l, net);
-    c->tail = (amp_tail_half){NULL, NULL, 0, 0};
+    c->tail = (amp_tail_half){0};
 }
 
 static void converts_backward(layer l, network net)
@@ -88,8 +88,8 @@ static void converts_backward(layer l, network net)
     cpu_net *cn = cpu_net_of(al->owner);
     const amp_dtype dt = dtype_of(al);
     const size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
-    c->tail = (amp_tail_half){al->x_half ? c->x_h : NULL, NULL, dt == AMP_DTYPE_BFLOAT16,
-                              cn->bn_formula == AMP_BN_CUDNN};
+    c->tail = (amp_tail_half){.x = al->x_half ? c->x_h : NULL, .bf16 = dt == AMP_DTYPE_BFLOAT16,
+                              .cudnn = cn->bn_formula == AMP_BN_CUDNN};
     if (al->out_half) {
         c->tail.y = (uint16_t *)l.output;
         l.delta = amp_cpu_reserve(&cn->out32, nout);
@@ -113,7 +113,7 @@ static void converts_backward(layer l, network net)
      * (the value its GEMMs used) */
     if (al->out_half) amp_cpu_to_half(dt, l.delta, c->delta_h, nout);
     if (prev_delta) amp_cpu_add_half(dt, prev_delta, net.delta, nin);
-    c->tail = (amp_tail_half){NULL, NULL, 0, 0};
+    c->tail = (amp_tail_half){0};
 }
 
 /* n 16-bit elements at *p (a darknet array or the plan's), or NULL on failure. */

@@ -108,24 +108,39 @@ TAIL_INLINE const float *load_half(float *buf, const uint16_t *h, int size, int 
     return buf;
 }
 
-/* Channel f without batch-norm: bias and activation (and the output stored
- * in half). */
-TAIL_INLINE void forward_bias(const layer *l, const amp_tail_half *th, int f, int n, int size)
+/* One channel f of a tail's values, image b's slice at y + b * bs: darknet's
+ * l.output (bs = n * size), or a buffer the channel was gathered into from
+ * half storage (bs = size). Storage offsets (half arrays, darknet's x and
+ * x_norm) are o0 + b * ns: f * size and n * size. */
+typedef struct tail_chan {
+    float *y;
+    long bs, o0, ns;
+} tail_chan;
+
+static inline long slice(const tail_chan *c, int b)
+{
+    return c->o0 + (long)b * c->ns;
+}
+
+/* Channel f without batch-norm: bias and activation (the output stored in
+ * half where th->y). */
+TAIL_INLINE void forward_bias(const layer *l, const amp_tail_half *th, int f, const tail_chan *c,
+                              int size)
 {
     for (int b = 0; b < l->batch; ++b) {
-        const long o = ((long)b * n + f) * size;
-        activate_slice(l->output + o, size, 1, l->biases[f], l->activation);
-        if (th->y) store_half(th->y + o, l->output + o, size, th->bf16);
+        float *p = c->y + b * c->bs;
+        activate_slice(p, size, 1, l->biases[f], l->activation);
+        if (th->y) store_half(th->y + slice(c, b), p, size, th->bf16);
     }
 }
 
 /* Channel f with batch-norm: statistics (training), normalisation, scale,
- * bias and activation. */
-TAIL_INLINE void forward_norm(const layer *l, const amp_tail_half *th, int train, int f, int n,
-                              int size, int cudnn)
+ * bias and activation. x, the values normalised: darknet's l->x (and x_norm),
+ * or half storage (th->x: written here unless the values came from there). */
+TAIL_INLINE void forward_norm(const layer *l, const amp_tail_half *th, int train, int f,
+                              const tail_chan *c, int size, int cudnn)
 {
     const int batch = l->batch, count = batch * size;
-    float *y = l->output;
     float mean, var;
     if (train) {
         const float mscale = 1.f / count, vscale = 1.f / (cudnn ? count : count - 1);
@@ -133,14 +148,14 @@ TAIL_INLINE void forward_norm(const layer *l, const amp_tail_half *th, int train
         const float unbias = cudnn && count > 1 ? (float)count / (count - 1) : 1.f;
         float s = 0;
         for (int b = 0; b < batch; ++b) {
-            const float *p = y + ((long)b * n + f) * size;
+            const float *p = c->y + b * c->bs;
 #pragma omp simd reduction(+ : s)
             for (int i = 0; i < size; ++i) s += p[i];
         }
         mean = s * mscale;
         float v = 0;
         for (int b = 0; b < batch; ++b) {
-            const float *p = y + ((long)b * n + f) * size;
+            const float *p = c->y + b * c->bs;
 #pragma omp simd reduction(+ : v)
             for (int i = 0; i < size; ++i) v += (p[i] - mean) * (p[i] - mean);
         }
@@ -156,11 +171,11 @@ TAIL_INLINE void forward_norm(const layer *l, const amp_tail_half *th, int train
     const float den = cudnn ? sqrtf(var + .00001f) : sqrtf(var) + .000001f;
     const float sc = l->scales[f], bi = l->biases[f];
     for (int b = 0; b < batch; ++b) {
-        const long o = ((long)b * n + f) * size;
-        float *p = y + o;
+        const long o = slice(c, b);
+        float *p = c->y + b * c->bs;
         if (th->x) { /* the input kept in half (exact: it is the half-rounded convolution);
                         the backward makes the normalised values again */
-            store_half(th->x + o, p, size, th->bf16);
+            if (!th->from_half) store_half(th->x + o, p, size, th->bf16);
 #pragma omp simd
             for (int i = 0; i < size; ++i) p[i] = (p[i] - mean) / den;
         } else if (train) { /* one pass: the input kept, normalised, normalised kept */
@@ -181,66 +196,77 @@ TAIL_INLINE void forward_norm(const layer *l, const amp_tail_half *th, int train
     }
 }
 
-/* The output of one slice, from half storage into buf where it is there. */
-TAIL_INLINE const float *output_of(const layer *l, const amp_tail_half *th, float *buf, long o,
-                                   int size)
+/* One channel's incoming gradient d (image b's slice at d + b * bs: darknet's
+ * l.delta, or gathered from th->delta) and where the slices of the output y
+ * and of the batch-norm input x are read from (half storage into buf). */
+typedef struct tail_grad {
+    float *d;
+    long bs, o0, ns;
+    float *buf; /* size floats */
+} tail_grad;
+
+static inline long gslice(const tail_grad *g, int b)
 {
-    return th->y ? load_half(buf, th->y + o, size, th->bf16) : l->output + o;
+    return g->o0 + (long)b * g->ns;
+}
+
+TAIL_INLINE const float *output_of(const layer *l, const amp_tail_half *th, const tail_grad *g,
+                                   int b, int size)
+{
+    const long o = gslice(g, b);
+    return th->y ? load_half(g->buf, th->y + o, size, th->bf16) : l->output + o;
+}
+
+TAIL_INLINE const float *input_of(const layer *l, const amp_tail_half *th, const tail_grad *g,
+                                  int b, int size)
+{
+    const long o = gslice(g, b);
+    return th->x ? load_half(g->buf, th->x + o, size, th->bf16) : l->x + o;
 }
 
 /* Channel f without batch-norm: the activation's gradient and the bias's. */
-TAIL_INLINE void backward_bias(const layer *l, const amp_tail_half *th, float *buf, int f, int n,
+TAIL_INLINE void backward_bias(const layer *l, const amp_tail_half *th, int f, const tail_grad *g,
                                int size)
 {
-    float *d = l->delta;
     for (int b = 0; b < l->batch; ++b) { /* added per image, as darknet does */
-        const long o = ((long)b * n + f) * size;
-        gradient_slice(d + o, output_of(l, th, buf, o, size), size, l->activation);
+        float *d = g->d + b * g->bs;
+        gradient_slice(d, output_of(l, th, g, b, size), size, l->activation);
         float s = 0;
 #pragma omp simd reduction(+ : s)
-        for (int i = 0; i < size; ++i) s += d[o + i];
+        for (int i = 0; i < size; ++i) s += d[i];
         l->bias_updates[f] += s;
     }
 }
 
 /* Channel f with batch-norm. */
-/* The batch-norm input of one slice: darknet's array, or from half storage
- * into buf. */
-TAIL_INLINE const float *input_of(const layer *l, const amp_tail_half *th, float *buf, long o,
-                                  int size)
-{
-    return th->x ? load_half(buf, th->x + o, size, th->bf16) : l->x + o;
-}
-
-TAIL_INLINE void backward_norm(const layer *l, const amp_tail_half *th, float *buf,
-                               const float *mean, const float *variance, int f, int n, int size,
+TAIL_INLINE void backward_norm(const layer *l, const amp_tail_half *th, const float *mean,
+                               const float *variance, int f, const tail_grad *g, int size,
                                int cudnn)
 {
     const int batch = l->batch;
-    float *d = l->delta;
     const float count = (float)size * batch;
-    /* the forward's normalisation, to make x_norm again from x half (th->x) */
+    /* the forward's normalisation, to make x_norm again from x in half (th->x) */
     const float fm = mean[f], fden = cudnn ? sqrtf(variance[f] + .00001f)
                                            : sqrtf(variance[f]) + .000001f;
     /* the activation's gradient, and the bias and scale gradients */
     float ss = 0;
     for (int b = 0; b < batch; ++b) {
-        const long o = ((long)b * n + f) * size;
-        gradient_slice(d + o, output_of(l, th, buf, o, size), size, l->activation);
+        float *d = g->d + b * g->bs;
+        gradient_slice(d, output_of(l, th, g, b, size), size, l->activation);
         float s = 0;
         if (th->x) {
-            const float *x = load_half(buf, th->x + o, size, th->bf16);
+            const float *x = input_of(l, th, g, b, size);
 #pragma omp simd reduction(+ : s, ss)
             for (int i = 0; i < size; ++i) {
-                s += d[o + i];
-                ss += d[o + i] * ((x[i] - fm) / fden);
+                s += d[i];
+                ss += d[i] * ((x[i] - fm) / fden);
             }
         } else {
-            const float *xn = l->x_norm + o;
+            const float *xn = l->x_norm + gslice(g, b);
 #pragma omp simd reduction(+ : s, ss)
             for (int i = 0; i < size; ++i) {
-                s += d[o + i];
-                ss += d[o + i] * xn[i];
+                s += d[i];
+                ss += d[i] * xn[i];
             }
         }
         l->bias_updates[f] += s;
@@ -251,9 +277,8 @@ TAIL_INLINE void backward_norm(const layer *l, const amp_tail_half *th, float *b
     const float inv = 1.f / sqrtf(ve);
     float md = 0, vd = 0;
     for (int b = 0; b < batch; ++b) {
-        const long o = ((long)b * n + f) * size;
-        float *dd = d + o;
-        const float *x = input_of(l, th, buf, o, size);
+        float *dd = g->d + b * g->bs;
+        const float *x = input_of(l, th, g, b, size);
 #pragma omp simd reduction(+ : md, vd)
         for (int i = 0; i < size; ++i) {
             dd[i] *= sc;
@@ -267,9 +292,8 @@ TAIL_INLINE void backward_norm(const layer *l, const amp_tail_half *th, float *b
     l->variance_delta[f] = vd;
     const float kv = vd * 2.f / count, km = md / count;
     for (int b = 0; b < batch; ++b) {
-        const long o = ((long)b * n + f) * size;
-        float *dd = d + o;
-        const float *x = input_of(l, th, buf, o, size);
+        float *dd = g->d + b * g->bs;
+        const float *x = input_of(l, th, g, b, size);
 #pragma omp simd
         for (int i = 0; i < size; ++i) dd[i] = dd[i] * inv + kv * (x[i] - m) + km;
     }
@@ -277,39 +301,81 @@ TAIL_INLINE void backward_norm(const layer *l, const amp_tail_half *th, float *b
 
 /* The four per-channel functions for one instruction set. */
 typedef struct tail_kernels {
-    void (*forward_bias)(const layer *l, const amp_tail_half *th, int f, int n, int size);
-    void (*forward_norm)(const layer *l, const amp_tail_half *th, int train, int f, int n,
-                         int size, int cudnn);
-    void (*backward_bias)(const layer *l, const amp_tail_half *th, float *buf, int f, int n,
+    void (*forward_bias)(const layer *l, const amp_tail_half *th, int f, const tail_chan *c,
+                         int size);
+    void (*forward_norm)(const layer *l, const amp_tail_half *th, int train, int f,
+                         const tail_chan *c, int size, int cudnn);
+    void (*backward_bias)(const layer *l, const amp_tail_half *th, int f, const tail_grad *g,
                           int size);
-    void (*backward_norm)(const layer *l, const amp_tail_half *th, float *buf, const float *mean,
-                          const float *variance, int f, int n, int size, int cudnn);
+    void (*backward_norm)(const layer *l, const amp_tail_half *th, const float *mean,
+                          const float *variance, int f, const tail_grad *g, int size, int cudnn);
+    void (*gather)(float *dst, const uint16_t *src, int batch, long ns, int size, int bf16);
+    void (*scatter)(uint16_t *dst, const float *src, int batch, long ns, int size, int bf16,
+                    unsigned long long *nonzero, unsigned long long *flushed);
 } tail_kernels;
 
+/* A channel's batch slices from half storage (each ns apart) into dst, one
+ * after another; and back, counting the nonzero values and those the
+ * rounding made zero (amp_network_flushed). */
+TAIL_INLINE void gather(float *dst, const uint16_t *src, int batch, long ns, int size, int bf16)
+{
+    for (int b = 0; b < batch; ++b) load_half(dst + (long)b * size, src + b * ns, size, bf16);
+}
+
+TAIL_INLINE void scatter(uint16_t *dst, const float *src, int batch, long ns, int size, int bf16,
+                         unsigned long long *nonzero, unsigned long long *flushed)
+{
+    unsigned long long nz = 0, fl = 0;
+    for (int b = 0; b < batch; ++b) {
+        const float *p = src + (long)b * size;
+        uint16_t *h = dst + b * ns;
+        store_half(h, p, size, bf16);
+#pragma omp simd reduction(+ : nz, fl)
+        for (int i = 0; i < size; ++i) {
+            nz += p[i] != 0.0f;
+            fl += p[i] != 0.0f && (h[i] & 0x7fffu) == 0;
+        }
+    }
+    *nonzero += nz;
+    *flushed += fl;
+}
+
 #define TAIL_VARIANTS(attr, isa)                                                                  \
-    attr static void forward_bias_##isa(const layer *l, const amp_tail_half *th, int f, int n,    \
-                                        int size)                                                 \
+    attr static void forward_bias_##isa(const layer *l, const amp_tail_half *th, int f,           \
+                                        const tail_chan *c, int size)                             \
     {                                                                                             \
-        forward_bias(l, th, f, n, size);                                                          \
+        forward_bias(l, th, f, c, size);                                                          \
     }                                                                                             \
     attr static void forward_norm_##isa(const layer *l, const amp_tail_half *th, int train,       \
-                                        int f, int n, int size, int cudnn)                        \
+                                        int f, const tail_chan *c, int size, int cudnn)           \
     {                                                                                             \
-        forward_norm(l, th, train, f, n, size, cudnn);                                            \
+        forward_norm(l, th, train, f, c, size, cudnn);                                            \
     }                                                                                             \
-    attr static void backward_bias_##isa(const layer *l, const amp_tail_half *th, float *buf,     \
-                                         int f, int n, int size)                                  \
+    attr static void backward_bias_##isa(const layer *l, const amp_tail_half *th, int f,          \
+                                         const tail_grad *g, int size)                            \
     {                                                                                             \
-        backward_bias(l, th, buf, f, n, size);                                                    \
+        backward_bias(l, th, f, g, size);                                                         \
     }                                                                                             \
-    attr static void backward_norm_##isa(const layer *l, const amp_tail_half *th, float *buf,     \
-                                         const float *mean, const float *variance, int f, int n,  \
-                                         int size, int cudnn)                                     \
+    attr static void backward_norm_##isa(const layer *l, const amp_tail_half *th,                 \
+                                         const float *mean, const float *variance, int f,         \
+                                         const tail_grad *g, int size, int cudnn)                 \
     {                                                                                             \
-        backward_norm(l, th, buf, mean, variance, f, n, size, cudnn);                             \
+        backward_norm(l, th, mean, variance, f, g, size, cudnn);                                  \
     }                                                                                             \
-    static const tail_kernels tail_##isa = {forward_bias_##isa, forward_norm_##isa,               \
-                                            backward_bias_##isa, backward_norm_##isa};
+    attr static void gather_##isa(float *dst, const uint16_t *src, int batch, long ns, int size,  \
+                                  int bf16)                                                       \
+    {                                                                                             \
+        gather(dst, src, batch, ns, size, bf16);                                                  \
+    }                                                                                             \
+    attr static void scatter_##isa(uint16_t *dst, const float *src, int batch, long ns, int size, \
+                                   int bf16, unsigned long long *nonzero,                         \
+                                   unsigned long long *flushed)                                   \
+    {                                                                                             \
+        scatter(dst, src, batch, ns, size, bf16, nonzero, flushed);                               \
+    }                                                                                             \
+    static const tail_kernels tail_##isa = {forward_bias_##isa,  forward_norm_##isa,              \
+                                            backward_bias_##isa, backward_norm_##isa,             \
+                                            gather_##isa,        scatter_##isa};
 
 TAIL_VARIANTS(, sse2)
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -334,54 +400,84 @@ static const tail_kernels *kernels(void)
 /* The half storage the plan gave l's tail for this call (storage.c), or none. */
 static const amp_tail_half *half_of(const layer *l)
 {
-    static const amp_tail_half none = {NULL, NULL, 0, 0};
+    static const amp_tail_half none = {0};
     const amp_layer *al = l->hook_data;
     if (!al || !al->owner || al->owner->ops != &amp_cpu_backend || !al->bk) return &none;
     return &cpu_layer_of(al)->tail;
 }
 
+/* Per-thread float32 buffers of n floats each (NULL when n is 0). */
+static float *thread_buffers(size_t n)
+{
+    if (!n) return NULL;
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    float *p = malloc((size_t)threads * n * sizeof(float));
+    if (!p) abort(); /* as darknet's allocations inside a step */
+    return p;
+}
+
+static float *thread_buffer(float *bufs, size_t n)
+{
+    int t = 0;
+#ifdef _OPENMP
+    t = omp_get_thread_num();
+#endif
+    return bufs ? bufs + (size_t)t * n : NULL;
+}
+
 void amp_tail_forward(layer l, network net, int nbias, int bias_size, amp_bn_formula bn)
 {
     const int n = nbias, size = bias_size, train = net.train, cudnn = bn == AMP_BN_CUDNN;
-    const long total = (long)l.batch * n * size;
+    const long total = (long)l.batch * n * size, ns = (long)n * size;
     const tail_kernels *k = kernels();
     const amp_tail_half *th = half_of(&l);
-    if (!l.batch_normalize) {
+    /* the values from half storage: the batch-norm input, else the output */
+    const uint16_t *src = !th->from_half ? NULL : l.batch_normalize ? th->x : th->y;
+    const size_t per = src ? (size_t)l.batch * size : 0;
+    float *bufs = thread_buffers(per);
 #pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
-        for (int f = 0; f < n; ++f) k->forward_bias(&l, th, f, n, size);
-        return;
+    for (int f = 0; f < n; ++f) {
+        tail_chan c = {l.output + (long)f * size, ns, (long)f * size, ns};
+        if (src) {
+            c.y = thread_buffer(bufs, per);
+            c.bs = size;
+            k->gather(c.y, src + (long)f * size, l.batch, ns, size, th->bf16);
+        }
+        if (l.batch_normalize) k->forward_norm(&l, th, train, f, &c, size, cudnn);
+        else k->forward_bias(&l, th, f, &c, size);
     }
-#pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
-    for (int f = 0; f < n; ++f) k->forward_norm(&l, th, train, f, n, size, cudnn);
+    free(bufs);
 }
 
 void amp_tail_backward(layer l, network net, int nbias, int bias_size)
 {
     const tail_kernels *k = kernels();
     const int n = nbias, size = bias_size;
-    const long total = (long)l.batch * n * size;
+    const long total = (long)l.batch * n * size, ns = (long)n * size;
     const amp_tail_half *th = half_of(&l);
     const float *mean = net.train ? l.mean : l.rolling_mean;
     const float *variance = net.train ? l.variance : l.rolling_variance;
-    /* a slice read from half storage, per thread */
-    float *bufs = NULL;
-    int threads = 1;
-#ifdef _OPENMP
-    threads = omp_get_max_threads();
-#endif
-    if (th->x || th->y) {
-        bufs = malloc((size_t)threads * (size_t)size * sizeof(float));
-        if (!bufs) abort(); /* as darknet's allocations inside a step */
-    }
-#pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
+    /* per thread: a slice read from half storage, and the channel's gradient
+     * gathered from it (th->dh) */
+    const size_t per = (th->x || th->y ? (size_t)size : 0) + (th->dh ? (size_t)l.batch * size : 0);
+    float *bufs = thread_buffers(per);
+    unsigned long long nz = 0, fl = 0;
+#pragma omp parallel for schedule(static) reduction(+ : nz, fl) if (total > AMP_TAIL_MIN_PARALLEL)
     for (int f = 0; f < n; ++f) {
-        int t = 0;
-#ifdef _OPENMP
-        t = omp_get_thread_num();
-#endif
-        float *buf = bufs ? bufs + (size_t)t * size : NULL;
-        if (l.batch_normalize) k->backward_norm(&l, th, buf, mean, variance, f, n, size, th->cudnn);
-        else k->backward_bias(&l, th, buf, f, n, size);
+        float *buf = thread_buffer(bufs, per);
+        tail_grad g = {l.delta + (long)f * size, ns, (long)f * size, ns, buf};
+        if (th->dh) {
+            g.d = buf + (th->x || th->y ? size : 0);
+            g.bs = size;
+            k->gather(g.d, th->dh + (long)f * size, l.batch, ns, size, th->bf16);
+        }
+        if (l.batch_normalize) k->backward_norm(&l, th, mean, variance, f, &g, size, th->cudnn);
+        else k->backward_bias(&l, th, f, &g, size);
+        if (th->dh) k->scatter(th->dh + (long)f * size, g.d, l.batch, ns, size, th->bf16, &nz, &fl);
     }
     free(bufs);
+    if (th->dh && th->nonzero) *th->nonzero += nz, *th->flushed += fl;
 }

@@ -101,6 +101,22 @@ static amp_layer_profile half_profile(const amp_layer *al)
     return sum;
 }
 
+/* The process's resident memory now and at its peak, in MiB (Linux's
+ * /proc/self/status); -1 where unknown. */
+static void resident(double *now, double *peak)
+{
+    *now = *peak = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        double kb;
+        if (sscanf(line, "VmRSS: %lf", &kb) == 1) *now = kb / 1024;
+        if (sscanf(line, "VmHWM: %lf", &kb) == 1) *peak = kb / 1024;
+    }
+    fclose(f);
+}
+
 /* Where the memory is: darknet's parameters with their gradients, the
  * backend's copies of them, the activations (the plan's, and what float32
  * would hold), the workspaces (darknet's im2col buffer, the backend's). */
@@ -119,6 +135,11 @@ static void print_memory(const amp_net *an, FILE *out)
                  "(darknet's %.1f, the %s backend's %.1f)\n",
             params / mib, copies / mib, planned / mib, fp32 / mib, (darknet_ws + backend_ws) / mib,
             darknet_ws / mib, an->ops->name, backend_ws / mib);
+    double now, peak;
+    resident(&now, &peak);
+    if (now >= 0)
+        fprintf(out, "amp: profile: memory: the process holds %.1f MiB (at most %.1f so far)\n",
+                now, peak);
 }
 
 void amp_profile_print(const amp_net *an, FILE *out)

@@ -46,7 +46,7 @@ static void net_free(amp_net *an)
     amp_cpu_activations_release(an);
     amp_onednn_ctx_free(cn);
     free(cn->arena);
-    amp_buffer *b[] = {&cn->xq, &cn->dq, &cn->tmp, &cn->gx, &cn->in32, &cn->out32, &cn->dx32};
+    amp_buffer *b[] = {&cn->xq, &cn->dq, &cn->tmp, &cn->gx, &cn->in32, &cn->out32, &cn->dx32, &cn->img32};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) free(b[i]->data);
     free(cn->saved);
     free(cn);
@@ -318,7 +318,8 @@ static void memory(const amp_net *an, double *copies, double *workspaces)
                        (double)amp_onednn_weight_bytes(cpu_layer_of(r));
         }
     }
-    const amp_buffer *b[] = {&cn->xq, &cn->dq, &cn->tmp, &cn->gx, &cn->in32, &cn->out32, &cn->dx32};
+    const amp_buffer *b[] = {&cn->xq,   &cn->dq,    &cn->tmp,  &cn->gx,
+                             &cn->in32, &cn->out32, &cn->dx32, &cn->img32};
     *workspaces = (double)cn->arena_bytes;
     for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) *workspaces += (double)b[i]->n * sizeof(float);
 }

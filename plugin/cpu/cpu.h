@@ -109,6 +109,7 @@ typedef struct cpu_net {
     amp_buffer in32, out32, dx32; /* the activation plan's (storage.c): a half input, a
                                      half layer's output or delta, a data gradient, in
                                      float32 */
+    amp_buffer img32;             /* one image in float32 (onednn_pass.c's transfers) */
 } cpu_net;
 
 /* What runs a layer's GEMM/convolution here (the tests and describe() ask). */
@@ -241,6 +242,15 @@ void amp_onednn_free(cpu_layer *c);
  * for the tests, which must not compare the emulation with itself. */
 int amp_onednn_fallbacks(const cpu_layer *c);
 void amp_onednn_ctx_free(cpu_net *cn);
+/* The activation plan on a layer on oneDNN (storage.c): its input's and
+ * output's storage (float32, or the half dtype: the reorders read and write
+ * the half arrays directly); 0 for a layer not on oneDNN. A forward and a
+ * backward on them, AMP_OK or a status (a forward that failed changed
+ * nothing; amp_onednn_plan_ran says whether the last forward ran here). */
+int amp_onednn_plan_io(cpu_layer *c, amp_dtype in, amp_dtype out);
+amp_status amp_onednn_plan_forward(layer l, network net);
+amp_status amp_onednn_plan_backward(layer l, network net);
+int amp_onednn_plan_ran(const cpu_layer *c);
 /* The bytes of a layer's weights in oneDNN's layouts (its half copies). */
 size_t amp_onednn_weight_bytes(const cpu_layer *c);
 /* A layer on oneDNN: 1 when it runs as im2col + matmul, else 0; -1 when not

@@ -45,8 +45,10 @@ typedef struct amp_dnnl_slot {
     size_t offset;
 } amp_dnnl_slot;
 /* A forward's memories and a backward's share the arena's space after the
- * ones both use (the input, the matmul form's windows). */
-enum { AMP_DNNL_BOTH, AMP_DNNL_FORWARD, AMP_DNNL_BACKWARD, AMP_DNNL_GROUPS };
+ * ones both use (the input, the matmul form's windows); the data gradient's
+ * come after the backward's, and only when the layer has one to give (not
+ * the first layer of a network, usually). */
+enum { AMP_DNNL_BOTH, AMP_DNNL_FORWARD, AMP_DNNL_BACKWARD, AMP_DNNL_DATA_GRAD, AMP_DNNL_GROUPS };
 #define AMP_DNNL_SLOTS 16
 
 /* The matmul form's buffers (im2col + matmul): owned ones, and views of
@@ -62,6 +64,30 @@ typedef struct amp_dnnl_mm {
     dmem dw4;            /* the N x K weight gradient as OIHW */
     dnnl_primitive_t r_dxh;
 } amp_dnnl_mm;
+
+/* The transfers between darknet's side (its arrays, or the plan's half
+ * storage) and oneDNN's layouts: the input, the output, the incoming
+ * gradient (for backward-weights and backward-data), the data gradient. */
+typedef enum amp_dnnl_transfer {
+    AMP_T_X,
+    AMP_T_Y,
+    AMP_T_DY_BW,
+    AMP_T_DY_BD,
+    AMP_T_DX,
+    AMP_T_COUNT
+} amp_dnnl_transfer;
+
+/* float32 kernels (float16; bfloat16 without bfloat16 instructions) on the
+ * plan's half storage: oneDNN's reorders between a half array and a
+ * float32 layout are its generic ones, ten times slower than its own
+ * float32 reorders. So a transfer goes one image at a time through a
+ * float32 image that round.c converts, with a reorder of one image. */
+typedef struct amp_dnnl_image {
+    dnnl_primitive_t r; /* the float32 image <-> one image of the oneDNN layout */
+    dmem img, part;     /* views: the float32 image (cpu_net.img32), the layout's image b */
+    size_t part_bytes;  /* one image of the layout, padding included */
+    size_t elems;       /* one image's elements on darknet's side */
+} amp_dnnl_image;
 
 /* Which form a convolution took, per shape it ran in (DARKNET_AMP_CONV=auto
  * times them once per shape, as cuDNN's Find does; random=1 revisits
@@ -90,13 +116,18 @@ typedef struct amp_dnnl_conv {
     amp_dnnl_slot slot[AMP_DNNL_SLOTS];
     int nslots;
     size_t group_bytes[AMP_DNNL_GROUPS];
-    size_t arena_bytes; /* both's, then the larger of the other two */
     unsigned long w_fwd_version, w_bwd_version;
     amp_dtype rounded;  /* float16, or bfloat16 where the CPU has no bfloat16
                            instructions: float32 primitives, every operand and
                            result rounded to it where the emulation rounds it;
                            float32: nothing rounded here (oneDNN's own types) */
     int matmul;         /* a convolution as im2col + matmul (mm), not oneDNN's */
+    /* darknet's side of the input and its gradient (user_in), of the output
+     * and its gradient (user_out): float32 arrays, or the activation plan's
+     * half storage (dnnl_bf16, dnnl_f16; storage.c), which the reorders
+     * read and write directly */
+    dnnl_data_type_t user_in, user_out;
+    amp_dnnl_image image[AMP_T_COUNT]; /* r set: the transfer goes image by image */
     amp_dnnl_mm mm;
     amp_dnnl_choice choice;
     int onednn_forward; /* the last forward ran here, not in the fallback */
@@ -139,8 +170,9 @@ amp_status amp_dnnl_mem_matrix_on(amp_dnnl_conv *d, dmem *m, dnnl_dim_t rows, dn
                                   int transposed, const dmem *owner, dnnl_engine_t e, char *why,
                                   size_t whylen);
 /* d's arena memories at their addresses in the network's arena (grown to
- * d's share if needed), before a pass on d's primitives. */
-amp_status amp_dnnl_bind(amp_layer *al, amp_dnnl_conv *d);
+ * d's share if needed), before a pass on d's primitives; data_grad: a
+ * backward that makes the data gradient. */
+amp_status amp_dnnl_bind(amp_layer *al, amp_dnnl_conv *d, int data_grad);
 void *amp_dnnl_data_of(const dmem *m);
 void amp_dnnl_set(dmem *m, void *p);
 void amp_dnnl_md_any(dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims,
@@ -167,6 +199,17 @@ amp_status amp_dnnl_gemm_layer_build(amp_dnnl_conv *d, dnnl_engine_t e, const la
 /* The matmul form for l's current shape, or why not (everything released). */
 amp_status amp_dnnl_mm_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, char *why,
                              size_t whylen);
+
+/* The data type of darknet's side of the input (out: the output), float32
+ * unless the plan stores it in half. */
+dnnl_data_type_t amp_dnnl_user_type(const amp_dnnl_conv *d, int out);
+
+/* The image-by-image transfers of d (amp_dnnl_image) where d's kernels are
+ * float32 and darknet's side is half, for the memories they connect (NULL:
+ * none); ux, uy: darknet's side of the input and output. */
+amp_status amp_dnnl_images_build(amp_dnnl_conv *d, dnnl_engine_t e, const dnnl_memory_desc_t *ux,
+                                 const dnnl_memory_desc_t *uy, const dmem *const internal[AMP_T_COUNT],
+                                 char *why, size_t whylen);
 
 /* ---- onednn_pass.c ---- */
 /* A forward's convolution or GEMM into l->output, half-rounded, no tail; a

@@ -51,7 +51,9 @@ static amp_status conv_memories(amp_dnnl_conv *d, dnnl_engine_t e, const dnnl_me
             amp_dnnl_reorder(&d->r_dy_bd, &d->dy_user, &d->dy_bd, 0, e, why, whylen));
     if (d->x_bw.m != d->x.m)
         AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_x_bw, &d->x, &d->x_bw, 0, e, why, whylen));
-    return AMP_OK;
+    const dmem *const internal[AMP_T_COUNT] = {&d->x, &d->y, &d->dy_bw,
+                                               d->r_dy_bd ? &d->dy_bd : NULL, &d->dx};
+    return amp_dnnl_images_build(d, e, ux, uy, internal, why, whylen);
 }
 
 /* The three convolution primitives for the descriptors; their descriptors
@@ -135,8 +137,9 @@ amp_status amp_dnnl_conv_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l
     dnnl_dims_t wgd = {g, l->n / g, l->c / g, l->size, l->size};
     const int wnd = g > 1 ? 5 : 4;
     dnnl_memory_desc_t ux, uy, uw, ax, ay, aw, adw;
-    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&ux, 4, xd, f32, dnnl_nchw)));
-    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&uy, 4, yd, f32, dnnl_nchw)));
+    const dnnl_data_type_t uin = amp_dnnl_user_type(d, 0), uout = amp_dnnl_user_type(d, 1);
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&ux, 4, xd, uin, dnnl_nchw)));
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&uy, 4, yd, uout, dnnl_nchw)));
     AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(
         &uw, wnd, g > 1 ? wgd : wd, f32, g > 1 ? dnnl_goihw : dnnl_oihw)));
     amp_dnnl_md_any(&ax, 4, xd, dt);
@@ -180,10 +183,11 @@ amp_status amp_dnnl_gemm_layer_build(amp_dnnl_conv *d, dnnl_engine_t e, const la
         memcpy(wd, w4, sizeof wd);
     }
     dnnl_memory_desc_t ux, uy, uw, ax, ay, aw, adw;
+    const dnnl_data_type_t uin = amp_dnnl_user_type(d, 0), uout = amp_dnnl_user_type(d, 1);
     AMP_FORWARD_IF_ERROR(
-        AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&ux, nd, xd, f32, ip ? dnnl_nc : dnnl_nchw)));
+        AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&ux, nd, xd, uin, ip ? dnnl_nc : dnnl_nchw)));
     AMP_FORWARD_IF_ERROR(
-        AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&uy, nd, yd, f32, ip ? dnnl_nc : dnnl_nchw)));
+        AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&uy, nd, yd, uout, ip ? dnnl_nc : dnnl_nchw)));
     AMP_FORWARD_IF_ERROR(
         AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&uw, nd, wd, f32, ip ? dnnl_oi : dnnl_iohw)));
     amp_dnnl_md_any(&ax, nd, xd, dt);

@@ -90,6 +90,8 @@ static amp_status choose(amp_layer *al, amp_dnnl_conv *d, const layer *l, amp_st
     AMP_RETURN_ERROR_IF(!m, AMP_ERR_NOMEM, why, whylen, "out of memory");
     m->dt = d->dt;
     m->rounded = d->rounded;
+    m->user_in = d->user_in;
+    m->user_out = d->user_out;
     char whym[AMP_MSG_LEN];
     amp_status sm = amp_dnnl_mm_build(m, cn->dnnl->engine, l, whym, sizeof whym);
     if (sm == AMP_OK && cn->path == AMP_CPU_AUTO && amp_dnnl_has_reference(m)) {
@@ -97,7 +99,16 @@ static amp_status choose(amp_layer *al, amp_dnnl_conv *d, const layer *l, amp_st
         sm = AMP_ERR_INVALID;
     }
     double td = -1, tm = -1;
-    if (st == AMP_OK && sm == AMP_OK) time_both(al, d, m, l, &td, &tm);
+    if (st == AMP_OK && sm == AMP_OK) {
+        time_both(al, d, m, l, &td, &tm);
+        /* the arena grew for both forms (the losing one's windows can be the
+         * largest buffers of all): given back, it grows again to what the
+         * forms that run need */
+        cpu_net *cnw = cpu_net_of(al->owner);
+        free(cnw->arena);
+        cnw->arena = NULL;
+        cnw->arena_bytes = 0;
+    }
     int use_mm = sm == AMP_OK && (st != AMP_OK || (tm >= 0 && td < 0));
     if (sm == AMP_OK && st == AMP_OK && tm >= 0 && td >= 0)
         use_mm = tm * AMP_FORM_MARGIN < td   ? 1

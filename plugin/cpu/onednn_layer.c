@@ -83,37 +83,26 @@ static amp_status ensure_shape(amp_layer *al, const layer *l)
     return st;
 }
 
-/* A forward that could not run here runs in the emulation (said once). */
-static void fall_back_forward(amp_layer *al, amp_dnnl_conv *d, layer l, network net)
+/* The convolution or GEMM, then the float32 tail: AMP_OK, or a status with
+ * nothing of the layer's changed (the caller runs the emulation). */
+static amp_status run_forward(amp_layer *al, amp_dnnl_conv *d, layer l, network net)
 {
-    if (!d->warned++)
-        fprintf(stderr, "amp: layer %d: a oneDNN primitive failed in forward; emulated\n",
-                al->index);
-    emulated_forward(l, net);
-}
-
-/* A layer's forward: the input and (once per weights version) the weights
- * to oneDNN's layouts, the primitive, the output back into l.output, then the
- * float32 tail. */
-static void layer_forward(layer l, network net)
-{
-    amp_layer *al = l.hook_data;
-    amp_dnnl_conv *d = cpu_layer_of(al)->dnnl;
     const int profile = al->owner->env.profile;
     double t0 = profile ? amp_clock() : 0;
     d->onednn_forward = 0;
-    if (ensure_shape(al, &l) != AMP_OK) { /* said why */
-        emulated_forward(l, net);
-        return;
-    }
-    if (amp_dnnl_forward_core(al, d, &l, net.input) != AMP_OK) {
-        fall_back_forward(al, d, l, net);
-        return;
+    if (ensure_shape(al, &l) != AMP_OK) return AMP_ERR_INVALID; /* said why */
+    const amp_status st = amp_dnnl_forward_core(al, d, &l, net.input);
+    if (st != AMP_OK) {
+        if (!d->warned++)
+            fprintf(stderr, "amp: layer %d: a oneDNN primitive failed in forward; emulated\n",
+                    al->index);
+        return st;
     }
     d->onednn_forward = 1;
     double t1 = profile ? amp_clock() : 0;
-    /* l.output: the half-rounded convolution or GEMM; out_c biases (filters,
-     * or a connected layer's outputs) over out_h * out_w positions */
+    /* the half-rounded convolution or GEMM (in l.output, or in the plan's half
+     * storage); out_c biases (filters, or a connected layer's outputs) over
+     * out_h * out_w positions */
     amp_tail_forward(l, net, l.out_c, l.out_h * l.out_w, cpu_net_of(al->owner)->bn_formula);
     if (profile) {
         al->prof.fwd_s += amp_clock() - t0;
@@ -121,6 +110,34 @@ static void layer_forward(layer l, network net)
         al->prof.gflop += 2e-9 * layer_macs(&l);
         al->prof.calls++;
     }
+    return AMP_OK;
+}
+
+/* A layer's forward: the input and (once per weights version) the weights
+ * to oneDNN's layouts, the primitive, the output back into l.output, then the
+ * float32 tail; the emulation where oneDNN cannot. */
+static void layer_forward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    if (run_forward(al, cpu_layer_of(al)->dnnl, l, net) != AMP_OK) emulated_forward(l, net);
+}
+
+/* The float32 tail's gradient, then the weight and data gradients. */
+static amp_status run_backward(amp_layer *al, amp_dnnl_conv *d, layer l, network net)
+{
+    const int profile = al->owner->env.profile;
+    double t0 = profile ? amp_clock() : 0;
+    amp_tail_backward(l, net, l.out_c, l.out_h * l.out_w);
+    double t1 = profile ? amp_clock() : 0;
+    const amp_status st = amp_dnnl_gradients(al, d, l, net);
+    if (profile) {
+        double t2 = amp_clock();
+        al->prof.bwd_s += t2 - t0;
+        al->prof.gemm_s += t2 - t1;
+        al->prof.gflop += 2e-9 * layer_macs(&l) * (net.delta ? 2 : 1);
+        al->prof.calls++;
+    }
+    return st;
 }
 
 static void layer_backward(layer l, network net)
@@ -131,23 +148,49 @@ static void layer_backward(layer l, network net)
         emulated_backward(l, net);
         return;
     }
-    const int profile = al->owner->env.profile;
-    double t0 = profile ? amp_clock() : 0;
-    amp_tail_backward(l, net, l.out_c, l.out_h * l.out_w);
-    double t1 = profile ? amp_clock() : 0;
     /* A failure mid-way leaves the gradients incomplete: the network's error
      * stops training before the step is used. */
-    if (amp_dnnl_gradients(al, d, l, net) != AMP_OK)
+    if (run_backward(al, d, l, net) != AMP_OK)
         amp_net_fail(al->owner, AMP_ERR_DEVICE,
                      "amp: layer %d: a oneDNN primitive failed in backward; its gradients are "
                      "incomplete", al->index);
-    if (profile) {
-        double t2 = amp_clock();
-        al->prof.bwd_s += t2 - t0;
-        al->prof.gemm_s += t2 - t1;
-        al->prof.gflop += 2e-9 * layer_macs(&l) * (net.delta ? 2 : 1);
-        al->prof.calls++;
+}
+
+/* ---- the activation plan's half storage (storage.c) ---- */
+
+int amp_onednn_plan_io(cpu_layer *c, amp_dtype in, amp_dtype out)
+{
+    amp_dnnl_conv *d = c ? c->dnnl : NULL;
+    if (!d) return 0;
+    const dnnl_data_type_t ti = in == AMP_DTYPE_BFLOAT16  ? dnnl_bf16
+                                : in == AMP_DTYPE_FLOAT16 ? dnnl_f16
+                                                          : dnnl_f32;
+    const dnnl_data_type_t to = out == AMP_DTYPE_BFLOAT16  ? dnnl_bf16
+                                : out == AMP_DTYPE_FLOAT16 ? dnnl_f16
+                                                           : dnnl_f32;
+    if (amp_dnnl_user_type(d, 0) != ti || amp_dnnl_user_type(d, 1) != to) {
+        d->user_in = ti;
+        d->user_out = to;
+        amp_dnnl_release(d); /* made again for these types at the next forward */
     }
+    return 1;
+}
+
+amp_status amp_onednn_plan_forward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    return run_forward(al, cpu_layer_of(al)->dnnl, l, net);
+}
+
+int amp_onednn_plan_ran(const cpu_layer *c)
+{
+    return c && c->dnnl && c->dnnl->onednn_forward;
+}
+
+amp_status amp_onednn_plan_backward(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    return run_backward(al, cpu_layer_of(al)->dnnl, l, net);
 }
 
 amp_status amp_onednn_install(amp_layer *al, layer *l, amp_dtype dtype, char *why,

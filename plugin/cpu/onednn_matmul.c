@@ -53,8 +53,10 @@ static amp_status mm_parts(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, ch
     const dnnl_dims_t wd = {l->n, l->c, l->size, l->size};
     const dnnl_dims_t pk = {P, K}, pn = {P, N}, nk = {N, K};
     dnnl_memory_desc_t ux, uy, uw;
-    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&ux, 4, xd, f32, dnnl_nchw)));
-    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&uy, 4, yd, f32, dnnl_nchw)));
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(
+        dnnl_memory_desc_init_by_tag(&ux, 4, xd, amp_dnnl_user_type(d, 0), dnnl_nchw)));
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(
+        dnnl_memory_desc_init_by_tag(&uy, 4, yd, amp_dnnl_user_type(d, 1), dnnl_nchw)));
     AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&uw, 4, wd, f32, dnnl_oihw)));
     dmem *users[] = {&d->x_user, &d->y_user, &d->w_user, &d->dy_user, &d->dw_user, &d->dx_user};
     const dnnl_memory_desc_t *umd[] = {&ux, &uy, &uw, &uy, &uw, &ux};
@@ -92,7 +94,8 @@ static amp_status mm_parts(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, ch
         AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&m->r_dxh, &m->dxa, &m->dxh, 0, e, why, whylen));
     m->shape = (amp_conv_shape){l->batch, l->h, l->w, l->c, l->out_h, l->out_w,
                                 l->size, l->stride, l->pad};
-    return AMP_OK;
+    const dmem *const internal[AMP_T_COUNT] = {&d->x, &m->y4, &d->dy_bw, NULL, dx};
+    return amp_dnnl_images_build(d, e, &ux, &uy, internal, why, whylen);
 }
 
 /* The matmul form for l's current shape, or why not (everything released). */

@@ -81,6 +81,13 @@ void amp_dnnl_release(amp_dnnl_conv *d)
                                  &d->r_w_fwd, &d->r_w_bwd, &d->r_dy_bw, &d->r_dy_bd, &d->r_x_bw,
                                  &d->r_dw, &d->r_dx, &d->mm.r_dxh};
     for (size_t i = 0; i < sizeof prims / sizeof prims[0]; ++i) prim_free(prims[i]);
+    for (int t = 0; t < AMP_T_COUNT; ++t) {
+        amp_dnnl_image *im = &d->image[t];
+        prim_free(&im->r);
+        if (im->img.m) dnnl_memory_destroy(im->img.m);
+        if (im->part.m) dnnl_memory_destroy(im->part.m);
+        *im = (amp_dnnl_image){0};
+    }
     /* aliases point at an owner earlier in this list: free from the end (the
      * matmul form's views are memories of their own, without storage) */
     dmem *mems[] = {&d->x_user, &d->y_user, &d->w_user, &d->dy_user, &d->dw_user, &d->dx_user,
@@ -93,7 +100,6 @@ void amp_dnnl_release(amp_dnnl_conv *d)
     d->batch = 0;
     d->matmul = 0;
     d->nslots = 0;
-    d->arena_bytes = 0;
     for (int g = 0; g < AMP_DNNL_GROUPS; ++g) d->group_bytes[g] = 0;
 }
 
@@ -111,12 +117,34 @@ static size_t align64(size_t n)
 }
 
 /* Which passes use m: the forward's output only the forward; the input and
- * the matmul form's windows both; every gradient the backward. */
+ * the matmul form's windows both; the data gradient's memories a backward
+ * that makes it; the other gradients every backward. */
 static int group_of(const amp_dnnl_conv *d, const dmem *m)
 {
     if (m == &d->y) return AMP_DNNL_FORWARD;
     if (m == &d->x || m == &d->mm.col) return AMP_DNNL_BOTH;
+    if (m == &d->dx || m == &d->dy_bd || m == &d->mm.dcol || m == &d->mm.dxa ||
+        m == &d->mm.dxh)
+        return AMP_DNNL_DATA_GRAD;
     return AMP_DNNL_BACKWARD;
+}
+
+/* Where a group starts in d's share, and the share's size, for a forward
+ * (data_grad 0) or a backward with or without the data gradient. */
+static size_t group_base(const amp_dnnl_conv *d, int group)
+{
+    if (group == AMP_DNNL_BOTH) return 0;
+    const size_t both = align64(d->group_bytes[AMP_DNNL_BOTH]);
+    return group == AMP_DNNL_DATA_GRAD ? both + align64(d->group_bytes[AMP_DNNL_BACKWARD]) : both;
+}
+
+static size_t share_bytes(const amp_dnnl_conv *d, int data_grad)
+{
+    const size_t f = d->group_bytes[AMP_DNNL_FORWARD];
+    const size_t b = data_grad ? align64(d->group_bytes[AMP_DNNL_BACKWARD]) +
+                                     d->group_bytes[AMP_DNNL_DATA_GRAD]
+                               : d->group_bytes[AMP_DNNL_BACKWARD];
+    return align64(d->group_bytes[AMP_DNNL_BOTH]) + (f > b ? f : b);
 }
 
 /* A slot of d's arena share for m: at the next 64-byte boundary of its
@@ -134,8 +162,6 @@ static amp_status add_slot(amp_dnnl_conv *d, dmem *m, const dmem *owner, char *w
         s->offset = align64(d->group_bytes[s->group]);
         d->group_bytes[s->group] = s->offset + dnnl_memory_desc_get_size(&m->md);
     }
-    const size_t f = d->group_bytes[AMP_DNNL_FORWARD], b = d->group_bytes[AMP_DNNL_BACKWARD];
-    d->arena_bytes = align64(d->group_bytes[AMP_DNNL_BOTH]) + (f > b ? f : b);
     return AMP_OK;
 }
 
@@ -160,21 +186,22 @@ static int in_arena(const amp_dnnl_conv *d, const dmem *m)
     return 0;
 }
 
-amp_status amp_dnnl_bind(amp_layer *al, amp_dnnl_conv *d)
+amp_status amp_dnnl_bind(amp_layer *al, amp_dnnl_conv *d, int data_grad)
 {
     cpu_net *cn = cpu_net_of(al->owner);
-    if (cn->arena_bytes < d->arena_bytes) {
+    const size_t need = share_bytes(d, data_grad);
+    if (cn->arena_bytes < need) {
         void *p = NULL;
-        if (posix_memalign(&p, 64, d->arena_bytes) != 0) return AMP_ERR_NOMEM;
+        if (posix_memalign(&p, 64, need) != 0) return AMP_ERR_NOMEM;
         free(cn->arena);
         cn->arena = p;
-        cn->arena_bytes = d->arena_bytes;
+        cn->arena_bytes = need;
     }
     for (int i = 0; i < d->nslots; ++i) { /* owners come before their views */
         const amp_dnnl_slot *s = &d->slot[i];
-        const size_t base = s->group == AMP_DNNL_BOTH ? 0 : align64(d->group_bytes[AMP_DNNL_BOTH]);
+        if (s->group == AMP_DNNL_DATA_GRAD && !data_grad) continue;
         void *p = s->owner >= 0 ? amp_dnnl_data_of(slot_mem(d, (size_t)s->owner))
-                                : (char *)cn->arena + base + s->offset;
+                                : (char *)cn->arena + group_base(d, s->group) + s->offset;
         if (dnnl_memory_set_data_handle(slot_mem(d, s->mem)->m, p) != dnnl_success)
             return AMP_ERR_DEVICE;
     }
@@ -293,3 +320,54 @@ amp_status amp_dnnl_run_reorder(amp_layer *al, dnnl_primitive_t p, const dmem *s
 }
 
 void amp_dnnl_set(dmem *m, void *p) { dnnl_memory_set_data_handle(m->m, p); }
+
+dnnl_data_type_t amp_dnnl_user_type(const amp_dnnl_conv *d, int out)
+{
+    const dnnl_data_type_t t = out ? d->user_out : d->user_in;
+    return t == dnnl_data_type_undef ? dnnl_f32 : t;
+}
+
+/* One image of a layout whose images are its outermost dimension (every
+ * activation layout oneDNN picks: nchw, nhwc, nChw8c, nChw16c, nc): md with
+ * batch 1. 0 where the images are not laid out one after another. */
+static int one_image(const dnnl_memory_desc_t *md, dnnl_memory_desc_t *part)
+{
+    if (md->format_kind != dnnl_blocked || md->ndims < 2) return 0;
+    const dnnl_blocking_desc_t *bd = &md->format_desc.blocking;
+    for (int i = 0; i < bd->inner_nblks; ++i)
+        if (bd->inner_idxs[i] == 0) return 0;
+    for (int i = 1; i < md->ndims; ++i)
+        if (bd->strides[i] > bd->strides[0]) return 0;
+    *part = *md;
+    part->dims[0] = part->padded_dims[0] = 1;
+    return 1;
+}
+
+amp_status amp_dnnl_images_build(amp_dnnl_conv *d, dnnl_engine_t e, const dnnl_memory_desc_t *ux,
+                                 const dnnl_memory_desc_t *uy,
+                                 const dmem *const internal[AMP_T_COUNT], char *why, size_t whylen)
+{
+    if (d->dt != dnnl_f32) return AMP_OK; /* half kernels: oneDNN's reorders are its fast ones */
+    for (int t = 0; t < AMP_T_COUNT; ++t) {
+        const int out = t == AMP_T_Y || t == AMP_T_DY_BW || t == AMP_T_DY_BD;
+        const dnnl_memory_desc_t *u = out ? uy : ux;
+        dnnl_memory_desc_t part, img;
+        if (!internal[t] || !internal[t]->m || u->data_type == dnnl_f32 ||
+            !one_image(&internal[t]->md, &part))
+            continue;
+        img = *u;
+        AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(
+            &img, u->ndims, (dnnl_dims_t){1, u->dims[1], u->dims[2], u->dims[3]}, dnnl_f32,
+            u->ndims == 2 ? dnnl_nc : dnnl_nchw)));
+        amp_dnnl_image *im = &d->image[t];
+        AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(&im->img, &img, e, why, whylen));
+        AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(&im->part, &part, e, why, whylen));
+        const int to_internal = t != AMP_T_Y && t != AMP_T_DX;
+        AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&im->r, to_internal ? &im->img : &im->part,
+                                              to_internal ? &im->part : &im->img, 0, e, why,
+                                              whylen));
+        im->part_bytes = dnnl_memory_desc_get_size(&part);
+        im->elems = dnnl_memory_desc_get_size(&img) / sizeof(float);
+    }
+    return AMP_OK;
+}

@@ -29,6 +29,37 @@ static void amp_dnnl_round_half(amp_layer *al, const amp_dnnl_conv *d, amp_round
     round_values(al, d, point, p, dnnl_memory_desc_get_size(&m->md) / sizeof(float), counts);
 }
 
+/* darknet's side into oneDNN's layout (the input, an incoming gradient), or
+ * back (the output; the data gradient, added): reorder r, or image by image
+ * through a float32 image where d has it (amp_dnnl_image). */
+static amp_status transfer(amp_layer *al, amp_dnnl_conv *d, amp_dnnl_transfer t,
+                           dnnl_primitive_t r, const dmem *src, const dmem *dst)
+{
+    const amp_dnnl_image *im = &d->image[t];
+    if (!im->r) return amp_dnnl_run_reorder(al, r, src, dst);
+    const int to_oneDNN = t != AMP_T_Y && t != AMP_T_DX;
+    const dmem *user = to_oneDNN ? src : dst, *inner = to_oneDNN ? dst : src;
+    uint16_t *u = amp_dnnl_data_of(user);
+    char *base = amp_dnnl_data_of(inner);
+    const amp_dtype dt = al->owner->scaler->opt.dtype;
+    float *img = amp_cpu_reserve(&cpu_net_of(al->owner)->img32, im->elems);
+    amp_dnnl_image *w = &d->image[t];
+    amp_dnnl_set(&w->img, img);
+    for (dnnl_dim_t b = 0; b < user->md.dims[0]; ++b) {
+        uint16_t *ub = u + (size_t)b * im->elems;
+        amp_dnnl_set(&w->part, base + (size_t)b * im->part_bytes);
+        if (to_oneDNN) {
+            amp_cpu_from_half(dt, ub, img, im->elems);
+            AMP_FORWARD_IF_ERROR(amp_dnnl_run_reorder(al, im->r, &im->img, &im->part));
+            continue;
+        }
+        AMP_FORWARD_IF_ERROR(amp_dnnl_run_reorder(al, im->r, &im->part, &im->img));
+        if (t == AMP_T_DX) amp_cpu_add_half(dt, ub, img, im->elems);
+        else amp_cpu_to_half(dt, img, ub, im->elems); /* the output's rounding */
+    }
+    return AMP_OK;
+}
+
 /* The half copy of the weights in one layout, refreshed when they changed. */
 static amp_status weights_for(amp_layer *al, amp_dnnl_conv *d, const layer *l,
                               dnnl_primitive_t r, dmem *dst, unsigned long *version)
@@ -46,7 +77,7 @@ static amp_status weights_for(amp_layer *al, amp_dnnl_conv *d, const layer *l,
 static amp_status input_for(amp_layer *al, amp_dnnl_conv *d, const float *input)
 {
     amp_dnnl_set(&d->x_user, (void *)input);
-    AMP_FORWARD_IF_ERROR(amp_dnnl_run_reorder(al, d->r_x, &d->x_user, &d->x));
+    AMP_FORWARD_IF_ERROR(transfer(al, d, AMP_T_X, d->r_x, &d->x_user, &d->x));
     amp_dnnl_round_half(al, d, AMP_ROUND_X, &d->x, 0);
     if (d->matmul)
         amp_im2col_nhwc(amp_dnnl_data_of(&d->x), amp_dnnl_data_of(&d->mm.col),
@@ -58,7 +89,7 @@ static amp_status input_for(amp_layer *al, amp_dnnl_conv *d, const float *input)
 amp_status amp_dnnl_forward_core(amp_layer *al, amp_dnnl_conv *d, const layer *l,
                                  const float *input)
 {
-    AMP_FORWARD_IF_ERROR(amp_dnnl_bind(al, d));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_bind(al, d, 0));
     amp_dnnl_set(&d->y_user, l->output);
     AMP_FORWARD_IF_ERROR(weights_for(al, d, l, d->r_w_fwd, &d->w_fwd, &d->w_fwd_version));
     AMP_FORWARD_IF_ERROR(input_for(al, d, input));
@@ -67,8 +98,10 @@ amp_status amp_dnnl_forward_core(amp_layer *al, amp_dnnl_conv *d, const layer *l
                             {DNNL_ARG_DST, d->y.m}};
     AMP_FORWARD_IF_ERROR(amp_dnnl_run(al, d->fwd, 3, a));
     AMP_FORWARD_IF_ERROR(
-        amp_dnnl_run_reorder(al, d->r_y, d->matmul ? &d->mm.y4 : &d->y, &d->y_user));
-    round_values(al, d, AMP_ROUND_Y, l->output, (size_t)l->outputs * l->batch, 0);
+        transfer(al, d, AMP_T_Y, d->r_y, d->matmul ? &d->mm.y4 : &d->y, &d->y_user));
+    /* (a half output array: the reorder rounded it) */
+    if (amp_dnnl_user_type(d, 1) == dnnl_f32)
+        round_values(al, d, AMP_ROUND_Y, l->output, (size_t)l->outputs * l->batch, 0);
     return AMP_OK;
 }
 
@@ -94,11 +127,12 @@ static amp_status amp_dnnl_mm_data_gradient(amp_layer *al, amp_dnnl_conv *d, con
 /* The weight and data gradients through oneDNN, added into darknet's arrays. */
 amp_status amp_dnnl_gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network net)
 {
-    AMP_FORWARD_IF_ERROR(amp_dnnl_bind(al, d));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_bind(al, d, net.delta != NULL));
     amp_dnnl_set(&d->dy_user, l.delta);
     amp_dnnl_set(&d->dw_user, l.weight_updates);
-    AMP_FORWARD_IF_ERROR(amp_dnnl_run_reorder(al, d->r_dy_bw, &d->dy_user, &d->dy_bw));
-    amp_dnnl_round_half(al, d, AMP_ROUND_DY, &d->dy_bw, 1);
+    AMP_FORWARD_IF_ERROR(transfer(al, d, AMP_T_DY_BW, d->r_dy_bw, &d->dy_user, &d->dy_bw));
+    /* counted here unless the tail rounded it into half storage and counted there */
+    amp_dnnl_round_half(al, d, AMP_ROUND_DY, &d->dy_bw, amp_dnnl_user_type(d, 1) == dnnl_f32);
     /* the input again: the forward's copy was in the arena, which the layers
      * after this one have used since (a recurrent sub-layer: the input is
      * the last time step's) */
@@ -124,7 +158,8 @@ amp_status amp_dnnl_gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network 
         AMP_FORWARD_IF_ERROR(amp_dnnl_mm_data_gradient(al, d, &dx));
     } else {
         if (d->r_dy_bd) {
-            AMP_FORWARD_IF_ERROR(amp_dnnl_run_reorder(al, d->r_dy_bd, &d->dy_user, &d->dy_bd));
+            AMP_FORWARD_IF_ERROR(
+                transfer(al, d, AMP_T_DY_BD, d->r_dy_bd, &d->dy_user, &d->dy_bd));
             amp_dnnl_round_half(al, d, AMP_ROUND_DY, &d->dy_bd, 0);
         }
         AMP_FORWARD_IF_ERROR(weights_for(al, d, &l, d->r_w_bwd ? d->r_w_bwd : d->r_w_fwd,
@@ -135,5 +170,5 @@ amp_status amp_dnnl_gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network 
         AMP_FORWARD_IF_ERROR(amp_dnnl_run(al, d->bwd_data, 3, b));
         amp_dnnl_round_half(al, d, AMP_ROUND_DX, &d->dx, 0);
     }
-    return amp_dnnl_run_reorder(al, d->r_dx, dx, &d->dx_user);
+    return transfer(al, d, AMP_T_DX, d->r_dx, dx, &d->dx_user);
 }

@@ -58,10 +58,60 @@ static int input_half(const amp_layer *al)
     return al->index > 0 && al->owner->layers[al->index - 1].out_half;
 }
 
+static amp_tail_half tail_base(const amp_layer *al, cpu_layer *c)
+{
+    return (amp_tail_half){.x = al->x_half ? c->x_h : NULL,
+                           .bf16 = dtype_of(al) == AMP_DTYPE_BFLOAT16,
+                           .cudnn = cpu_net_of(al->owner)->bn_formula == AMP_BN_CUDNN};
+}
+
+/* A layer on oneDNN reads and writes the plan's storage itself: its
+ * reorders convert and re-lay in one pass (onednn_layer.c); the tail reads
+ * the half-rounded convolution from half storage and writes the output
+ * there. AMP_OK, or the forward did not run (the emulation's turn). */
+static amp_status native_forward(amp_layer *al, cpu_layer *c, layer l, network net)
+{
+    layer t = l;
+    c->tail = tail_base(al, c);
+    if (al->out_half) {
+        memset(c->delta_h, 0, (size_t)l.outputs * l.batch * sizeof(uint16_t));
+        c->tail.y = (uint16_t *)l.output;
+        c->tail.from_half = 1;
+        /* the convolution into the batch-norm input (exact in half), else the output */
+        if (l.batch_normalize) t.output = (float *)c->x_h;
+    }
+    const amp_status st = amp_onednn_plan_forward(t, net);
+    c->tail = (amp_tail_half){0};
+    return st;
+}
+
+static void native_backward(amp_layer *al, cpu_layer *c, layer l, network net)
+{
+    cpu_net *cn = cpu_net_of(al->owner);
+    c->tail = tail_base(al, c);
+    if (al->out_half) {
+        c->tail.y = (uint16_t *)l.output;
+        c->tail.dh = c->delta_h;
+        c->tail.nonzero = &cn->grad_nonzero;
+        c->tail.flushed = &cn->grad_flushed;
+        l.delta = (float *)c->delta_h; /* the gradient the tail leaves there, in half */
+    }
+    if (input_half(al)) net.delta = (float *)amp_cpu_half_delta(al->owner, al->index - 1);
+    if (amp_onednn_plan_backward(l, net) != AMP_OK)
+        amp_net_fail(al->owner, AMP_ERR_DEVICE,
+                     "amp: layer %d: a oneDNN primitive failed in backward; its gradients are "
+                     "incomplete", al->index);
+    c->tail = (amp_tail_half){0};
+}
+
+/* Otherwise (the emulation, or a layer oneDNN could not run this time): the
+ * layer's own float32 code between conversions, its output and delta staged
+ * in buffers the network shares. */
 static void converts_forward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
     cpu_layer *c = cpu_layer_of(al);
+    if (c->runner == AMP_CPU_RUNS_ONEDNN && native_forward(al, c, l, net) == AMP_OK) return;
     cpu_net *cn = cpu_net_of(al->owner);
     const amp_dtype dt = dtype_of(al);
     const size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
@@ -70,8 +120,7 @@ static void converts_forward(layer l, network net)
         amp_cpu_from_half(dt, (const uint16_t *)net.input, in, nin);
         net.input = in;
     }
-    c->tail = (amp_tail_half){.x = al->x_half ? c->x_h : NULL, .bf16 = dt == AMP_DTYPE_BFLOAT16,
-                              .cudnn = cn->bn_formula == AMP_BN_CUDNN};
+    c->tail = tail_base(al, c);
     if (al->out_half) {
         c->tail.y = (uint16_t *)l.output;
         l.output = amp_cpu_reserve(&cn->out32, nout);
@@ -85,11 +134,14 @@ static void converts_backward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
     cpu_layer *c = cpu_layer_of(al);
+    if (c->runner == AMP_CPU_RUNS_ONEDNN && amp_onednn_plan_ran(c)) {
+        native_backward(al, c, l, net);
+        return;
+    }
     cpu_net *cn = cpu_net_of(al->owner);
     const amp_dtype dt = dtype_of(al);
     const size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
-    c->tail = (amp_tail_half){.x = al->x_half ? c->x_h : NULL, .bf16 = dt == AMP_DTYPE_BFLOAT16,
-                              .cudnn = cn->bn_formula == AMP_BN_CUDNN};
+    c->tail = tail_base(al, c);
     if (al->out_half) {
         c->tail.y = (uint16_t *)l.output;
         l.delta = amp_cpu_reserve(&cn->out32, nout);
@@ -114,6 +166,16 @@ static void converts_backward(layer l, network net)
     if (al->out_half) amp_cpu_to_half(dt, l.delta, c->delta_h, nout);
     if (prev_delta) amp_cpu_add_half(dt, prev_delta, net.delta, nin);
     c->tail = (amp_tail_half){0};
+}
+
+/* The emulation of l's type, forward or backward. */
+static amp_layer_fn emulated(const layer *l, int backward)
+{
+    if (l->type == CONNECTED)
+        return backward ? amp_emulated_connected_backward : amp_emulated_connected_forward;
+    if (l->type == DECONVOLUTIONAL)
+        return backward ? amp_emulated_deconv_backward : amp_emulated_deconv_forward;
+    return backward ? amp_emulated_conv_backward : amp_emulated_conv_forward;
 }
 
 /* n 16-bit elements at *p (a darknet array or the plan's), or NULL on failure. */
@@ -159,11 +221,15 @@ amp_status amp_cpu_activations(amp_net *an, char *err, size_t errlen)
                             "amp: out of memory storing layer %d's activations in half", i);
         c->plan_n = n;
         if (converts && al->forward != converts_forward) {
-            c->inner_forward = al->forward;
-            c->inner_backward = al->backward;
+            /* staged: the emulation (a layer on oneDNN falls back to it) */
+            c->inner_forward = c->runner == AMP_CPU_RUNS_ONEDNN ? emulated(l, 0) : al->forward;
+            c->inner_backward = c->runner == AMP_CPU_RUNS_ONEDNN ? emulated(l, 1) : al->backward;
             al->forward = converts_forward;
             al->backward = converts_backward;
         }
+        if (converts && c->runner == AMP_CPU_RUNS_ONEDNN)
+            amp_onednn_plan_io(c, input_half(al) ? dtype_of(al) : AMP_DTYPE_FLOAT32,
+                               al->out_half ? dtype_of(al) : AMP_DTYPE_FLOAT32);
         if (al->region) amp_movement_install(al, l);
     }
     return AMP_OK;

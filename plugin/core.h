@@ -140,6 +140,10 @@ typedef struct amp_layer {
     int region;         /* an AMP_IO_HALF layer that runs its half form */
     int x_half;         /* an AMP_IO_CONVERTS layer's batch-norm input stored in half (its
                            normalised values made again from it in the backward) */
+    int delta_from;     /* out_half: the layer whose backward is the first to add into
+                           the delta (its last reader), which zeroes it first; the delta
+                           lives from there to this layer's backward, in storage it
+                           shares with deltas that do not live at the same time */
 } amp_layer;
 
 typedef enum amp_phase {
@@ -307,6 +311,11 @@ void amp_plan_make(amp_net *an);
  * at the network's current size: as darknet stores them in float32, and
  * under the plan. */
 void amp_plan_bytes(const amp_net *an, double *fp32, double *planned);
+/* Offsets (in elements, outputs x batch each) of the half deltas in one
+ * shared pool, no two that live at the same time overlapping (amp_layer.
+ * delta_from); offset[i] for every out_half layer. Returns the pool's size
+ * in elements. */
+size_t amp_plan_delta_pool(const amp_net *an, size_t *offset);
 /* The layer that wrote the tensor layer i reads as its k-th input (-1: the
  * network's input); the number of inputs. */
 int amp_plan_inputs(const network *net, int i, int *src, int max);

@@ -15,6 +15,12 @@
  * A half layer with batch-norm also keeps its batch-norm input (x) in half:
  * it is the half-rounded convolution, exact in half, and the normalised
  * values (x_norm) are made again from it in the backward, bit for bit.
+ *
+ * A half delta lives only in the backward pass: from the backward of its
+ * last reader, which zeroes it before adding (darknet zeroes every delta in
+ * the forward pass), to the backward of the layer that wrote the tensor.
+ * Deltas that do not live at the same time share storage
+ * (amp_plan_delta_pool); in a chain of layers two or three are alive at once.
  */
 #include "backend.h" /* the backend's name */
 
@@ -75,22 +81,71 @@ void amp_plan_make(amp_net *an)
         amp_layer *al = &an->layers[i];
         al->region = al->io == AMP_IO_HALF && cand[i];
         al->x_half = al->io == AMP_IO_CONVERTS && cand[i] && net->layers[i].batch_normalize;
+        al->delta_from = i; /* no reader: its own backward zeroes it */
+        for (int j = i + 1; al->out_half && j < net->n; ++j) {
+            int src[PLAN_MAX_INPUTS];
+            const int n = amp_plan_inputs(net, j, src, PLAN_MAX_INPUTS);
+            for (int k = 0; k < n; ++k)
+                if (src[k] == i) al->delta_from = j;
+        }
     }
     free(cand);
+}
+
+size_t amp_plan_delta_pool(const amp_net *an, size_t *offset)
+{
+    const network *net = an->net;
+    size_t total = 0;
+    /* first fit, in the order the deltas come alive (backward: from the last
+     * layer): each at the lowest offset where no delta placed before it that
+     * is alive at the same time lies */
+    for (int from = net->n - 1; from >= 0; --from)
+        for (int i = 0; i < net->n; ++i) {
+            const amp_layer *al = &an->layers[i];
+            if (!al->out_half || al->delta_from != from) continue;
+            const size_t n = (size_t)net->layers[i].outputs * net->layers[i].batch;
+            size_t at = 0;
+            for (int moved = 1; moved;) {
+                moved = 0;
+                for (int k = 0; k < net->n; ++k) {
+                    const amp_layer *o = &an->layers[k];
+                    if (k == i || !o->out_half || o->delta_from < from ||
+                        (o->delta_from == from && k >= i) || /* placed before */
+                        k > from || o->delta_from < i) /* alive at the same time? */
+                        continue;
+                    const size_t on = (size_t)net->layers[k].outputs * net->layers[k].batch;
+                    if (offset[k] < at + n && at < offset[k] + on) {
+                        at = offset[k] + on;
+                        moved = 1;
+                    }
+                }
+            }
+            offset[i] = at;
+            if (at + n > total) total = at + n;
+        }
+    return total;
 }
 
 void amp_plan_bytes(const amp_net *an, double *fp32, double *planned)
 {
     *fp32 = *planned = 0;
+    double half_deltas = 0;
     for (int i = 0; i < an->net->n; ++i) {
         const layer *l = &an->net->layers[i];
         const amp_layer *al = &an->layers[i];
         const double n = (double)l->outputs * l->batch;
         const double x = al->io == AMP_IO_CONVERTS && l->batch_normalize ? 2 * n : 0;
-        const double t = (l->output ? n : 0) + (l->delta || al->out_half ? n : 0);
-        *fp32 += 4 * (t + x);
-        *planned += (al->out_half ? 2 : 4) * t + (al->x_half ? n * 2 : 4 * x);
+        const double out = l->output ? n : 0, delta = l->delta || al->out_half ? n : 0;
+        *fp32 += 4 * (out + delta + x);
+        *planned += al->out_half ? 2 * out : 4 * (out + delta);
+        *planned += al->x_half ? 2 * n : 4 * x;
+        if (al->out_half) half_deltas += 2 * n;
     }
+    /* the half deltas share their storage */
+    size_t *offset = calloc((size_t)an->net->n, sizeof *offset);
+    if (offset) half_deltas = 2.0 * (double)amp_plan_delta_pool(an, offset);
+    free(offset);
+    *planned += half_deltas;
 }
 
 /* "0-14,17" into buf: the layers whose flag is set. */

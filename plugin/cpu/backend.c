@@ -46,6 +46,7 @@ static void net_free(amp_net *an)
     amp_cpu_activations_release(an);
     amp_onednn_ctx_free(cn);
     free(cn->arena);
+    free(cn->deltas);
     amp_buffer *b[] = {&cn->xq, &cn->dq, &cn->tmp, &cn->gx, &cn->in32, &cn->out32, &cn->dx32, &cn->img32};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) free(b[i]->data);
     free(cn->saved);
@@ -62,7 +63,6 @@ static void cpu_layer_free(amp_layer *al)
     if (!c) return;
     amp_onednn_free(c);
     free(c->wq.data);
-    free(c->delta_h);
     free(c->x_h);
     free(c);
     al->bk = NULL;
@@ -321,6 +321,7 @@ static void memory(const amp_net *an, double *copies, double *workspaces)
     const amp_buffer *b[] = {&cn->xq,   &cn->dq,    &cn->tmp,  &cn->gx,
                              &cn->in32, &cn->out32, &cn->dx32, &cn->img32};
     *workspaces = (double)cn->arena_bytes;
+    (void)cn->deltas_n; /* the activations' (amp_plan_bytes) */
     for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) *workspaces += (double)b[i]->n * sizeof(float);
 }
 

@@ -110,6 +110,10 @@ typedef struct cpu_net {
                                      half layer's output or delta, a data gradient, in
                                      float32 */
     amp_buffer img32;             /* one image in float32 (onednn_pass.c's transfers) */
+    uint16_t *deltas;             /* the plan's half deltas (amp_plan_delta_pool) */
+    size_t deltas_n;
+    int own_deltas;               /* the tests only: each half delta in storage of its own,
+                                     to be read after the backward */
 } cpu_net;
 
 /* What runs a layer's GEMM/convolution here (the tests and describe() ask). */
@@ -141,7 +145,8 @@ typedef struct cpu_layer {
     /* the activation plan (storage.c): the output is darknet's l.output, as
      * 16-bit patterns, when al->out_half */
     size_t plan_n;                  /* the elements (outputs x batch) the storage is for */
-    uint16_t *delta_h, *x_h;        /* the delta (out_half) and batch-norm input (x_half) */
+    uint16_t *delta_h, *x_h;        /* the delta (out_half; in cpu_net.deltas) and the
+                                       batch-norm input (x_half) */
     amp_layer_fn inner_forward, inner_backward; /* a half layer's own, inside the plan's */
     amp_tail_half tail;             /* set during a call */
 } cpu_layer;
@@ -210,6 +215,9 @@ amp_status amp_cpu_activations(amp_net *an, char *err, size_t errlen);
 void amp_cpu_activations_release(amp_net *an);
 float *amp_cpu_reserve(amp_buffer *b, size_t n);
 uint16_t *amp_cpu_half_delta(const amp_net *an, int i);
+/* At the start of layer j's backward: the half deltas whose life starts
+ * there (amp_layer.delta_from) zeroed. */
+void amp_cpu_deltas_begin(const amp_net *an, int j);
 
 /* update.c: darknet's update_convolutional_layer in one threaded pass, bit
  * for bit; amp_update_conv_replaces says whether l's update is darknet's. */

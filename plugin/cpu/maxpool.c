@@ -132,7 +132,6 @@ void amp_maxpool_forward_half(layer l, network net)
 {
     const amp_layer *al = l.hook_data;
     const amp_dtype dt = al->owner->scaler->opt.dtype;
-    memset(cpu_layer_of(al)->delta_h, 0, (size_t)l.outputs * l.batch * sizeof(uint16_t));
     const int off = -l.pad / 2, planes = l.batch * l.c, hw = l.h * l.w, ohw = l.out_h * l.out_w;
     const uint16_t *in = (const uint16_t *)net.input;
     uint16_t *out = (uint16_t *)l.output;
@@ -157,6 +156,7 @@ void amp_maxpool_backward_half(layer l, network net)
     (void)net;
     const amp_layer *al = l.hook_data;
     const amp_dtype dt = al->owner->scaler->opt.dtype;
+    amp_cpu_deltas_begin(al->owner, al->index);
     uint16_t *dst = amp_cpu_half_delta(al->owner, al->index - 1);
     if (!dst) return;
     const int planes = l.batch * l.c, hw = l.h * l.w, ohw = l.out_h * l.out_w;

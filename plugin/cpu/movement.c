@@ -33,7 +33,7 @@ static uint16_t *out_half(const layer *l)
 static void route_forward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
-    memset(cpu_layer_of(al)->delta_h, 0, (size_t)l.outputs * l.batch * sizeof(uint16_t));
+    (void)al;
     size_t offset = 0;
     for (int i = 0; i < l.n; ++i) {
         const uint16_t *in = (const uint16_t *)net.layers[l.input_layers[i]].output;
@@ -49,6 +49,7 @@ static void route_backward(layer l, network net)
 {
     (void)net;
     amp_layer *al = l.hook_data;
+    amp_cpu_deltas_begin(al->owner, al->index);
     const amp_dtype dt = dtype_of(al);
     const size_t n = (size_t)l.outputs * l.batch;
     float *d = amp_cpu_reserve(&cpu_net_of(al->owner)->out32, n);
@@ -68,8 +69,6 @@ static void route_backward(layer l, network net)
 
 static void upsample_forward(layer l, network net)
 {
-    amp_layer *al = l.hook_data;
-    memset(cpu_layer_of(al)->delta_h, 0, (size_t)l.outputs * l.batch * sizeof(uint16_t));
     const uint16_t *in = (const uint16_t *)net.input;
     uint16_t *out = out_half(&l);
     const int s = l.stride, planes = l.batch * l.c, ow = l.w * s;
@@ -87,6 +86,7 @@ static void upsample_forward(layer l, network net)
 static void upsample_backward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
+    amp_cpu_deltas_begin(al->owner, al->index);
     uint16_t *dst = amp_cpu_half_delta(al->owner, al->index - 1);
     if (!dst) return;
     const amp_dtype dt = dtype_of(al);
@@ -114,7 +114,6 @@ static void shortcut_forward(layer l, network net)
     amp_layer *al = l.hook_data;
     const amp_dtype dt = dtype_of(al);
     const size_t n = (size_t)l.outputs * l.batch;
-    memset(cpu_layer_of(al)->delta_h, 0, n * sizeof(uint16_t));
     cpu_net *cn = cpu_net_of(al->owner);
     float *a = amp_cpu_reserve(&cn->out32, n), *b = amp_cpu_reserve(&cn->dx32, n);
     amp_cpu_from_half(dt, (const uint16_t *)net.input, a, n);
@@ -130,6 +129,7 @@ static void shortcut_backward(layer l, network net)
 {
     (void)net;
     amp_layer *al = l.hook_data;
+    amp_cpu_deltas_begin(al->owner, al->index);
     const amp_dtype dt = dtype_of(al);
     const size_t n = (size_t)l.outputs * l.batch;
     cpu_net *cn = cpu_net_of(al->owner);

@@ -52,6 +52,19 @@ uint16_t *amp_cpu_half_delta(const amp_net *an, int i)
     return cpu_layer_of(&an->layers[i])->delta_h;
 }
 
+void amp_cpu_deltas_begin(const amp_net *an, int j)
+{
+    int src[32];
+    const int n = amp_plan_inputs(an->net, j, src, 32);
+    for (int k = -1; k < n; ++k) {
+        const int i = k < 0 ? j : src[k]; /* its own: a tensor nobody reads */
+        if (i < 0 || !an->layers[i].out_half || an->layers[i].delta_from != j) continue;
+        const layer *l = &an->net->layers[i];
+        memset(cpu_layer_of(&an->layers[i])->delta_h, 0,
+               (size_t)l->outputs * l->batch * sizeof(uint16_t));
+    }
+}
+
 /* The half layer's input is the previous layer's half output. */
 static int input_half(const amp_layer *al)
 {
@@ -74,7 +87,6 @@ static amp_status native_forward(amp_layer *al, cpu_layer *c, layer l, network n
     layer t = l;
     c->tail = tail_base(al, c);
     if (al->out_half) {
-        memset(c->delta_h, 0, (size_t)l.outputs * l.batch * sizeof(uint16_t));
         c->tail.y = (uint16_t *)l.output;
         c->tail.from_half = 1;
         /* the convolution into the batch-norm input (exact in half), else the output */
@@ -88,6 +100,7 @@ static amp_status native_forward(amp_layer *al, cpu_layer *c, layer l, network n
 static void native_backward(amp_layer *al, cpu_layer *c, layer l, network net)
 {
     cpu_net *cn = cpu_net_of(al->owner);
+    amp_cpu_deltas_begin(al->owner, al->index);
     c->tail = tail_base(al, c);
     if (al->out_half) {
         c->tail.y = (uint16_t *)l.output;
@@ -124,7 +137,6 @@ static void converts_forward(layer l, network net)
     if (al->out_half) {
         c->tail.y = (uint16_t *)l.output;
         l.output = amp_cpu_reserve(&cn->out32, nout);
-        memset(c->delta_h, 0, nout * sizeof(uint16_t)); /* forward_network's zeroing */
     }
     c->inner_forward(l, net);
     c->tail = (amp_tail_half){0};
@@ -141,6 +153,7 @@ static void converts_backward(layer l, network net)
     cpu_net *cn = cpu_net_of(al->owner);
     const amp_dtype dt = dtype_of(al);
     const size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
+    amp_cpu_deltas_begin(al->owner, al->index);
     c->tail = tail_base(al, c);
     if (al->out_half) {
         c->tail.y = (uint16_t *)l.output;
@@ -188,6 +201,38 @@ static int resize_half(void *pp, size_t n)
     return 1;
 }
 
+/* The half deltas' storage: one pool (amp_plan_delta_pool), or each its own
+ * part of it (own_deltas). */
+static amp_status place_deltas(amp_net *an, char *err, size_t errlen)
+{
+    network *net = an->net;
+    cpu_net *cn = cpu_net_of(an);
+    size_t *offset = calloc((size_t)net->n, sizeof *offset), total = 0;
+    AMP_RETURN_ERROR_IF(!offset, AMP_ERR_NOMEM, err, errlen,
+                        "amp: out of memory placing the half deltas");
+    if (cn->own_deltas) {
+        for (int i = 0; i < net->n; ++i)
+            if (an->layers[i].out_half) {
+                offset[i] = total;
+                total += (size_t)net->layers[i].outputs * net->layers[i].batch;
+            }
+    } else {
+        total = amp_plan_delta_pool(an, offset);
+    }
+    if (total > cn->deltas_n) {
+        uint16_t *p = realloc(cn->deltas, total * sizeof *p);
+        if (!p) free(offset);
+        AMP_RETURN_ERROR_IF(!p, AMP_ERR_NOMEM, err, errlen,
+                            "amp: out of memory for %zu half deltas", total);
+        cn->deltas = p;
+        cn->deltas_n = total;
+    }
+    for (int i = 0; i < net->n; ++i)
+        if (an->layers[i].out_half) cpu_layer_of(&an->layers[i])->delta_h = cn->deltas + offset[i];
+    free(offset);
+    return AMP_OK;
+}
+
 amp_status amp_cpu_activations(amp_net *an, char *err, size_t errlen)
 {
     network *net = an->net;
@@ -206,8 +251,7 @@ amp_status amp_cpu_activations(amp_net *an, char *err, size_t errlen)
         const size_t n = (size_t)l->outputs * l->batch;
         int ok = 1;
         if (al->out_half) {
-            ok = resize_half(&l->output, n) && resize_half(&c->delta_h, n);
-            if (ok) memset(c->delta_h, 0, n * sizeof(uint16_t));
+            ok = resize_half(&l->output, n);
             free(l->delta);
             l->delta = NULL;
         }
@@ -232,7 +276,7 @@ amp_status amp_cpu_activations(amp_net *an, char *err, size_t errlen)
                                al->out_half ? dtype_of(al) : AMP_DTYPE_FLOAT32);
         if (al->region) amp_movement_install(al, l);
     }
-    return AMP_OK;
+    return place_deltas(an, err, errlen);
 }
 
 void amp_cpu_activations_release(amp_net *an)

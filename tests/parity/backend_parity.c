@@ -144,6 +144,13 @@ static network *build(const char *cfg, const net_spec *sp)
     }
     amp_net *an = amp_net_of(net);
     if (!sp->gpu) cpu_net_of(an)->bn_formula = sp->bn;
+    if (!sp->gpu && an->plan_on) { /* every delta kept, to be compared after the backward */
+        cpu_net_of(an)->own_deltas = 1;
+        if (amp_cpu_activations(an, err, sizeof err) != AMP_OK) {
+            printf("FAIL: %s\n", err);
+            exit(1);
+        }
+    }
     amp_policy_print(an, stdout);
     amp_plan_print(an, stdout);
     return net;

@@ -46,6 +46,7 @@ static void net_free(amp_net *an)
     amp_cpu_activations_release(an);
     amp_onednn_ctx_free(cn);
     free(cn->arena);
+    free(cn->scratchpad);
     free(cn->deltas);
     amp_buffer *b[] = {&cn->xq, &cn->dq, &cn->tmp, &cn->gx, &cn->in32, &cn->out32, &cn->dx32, &cn->img32};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) free(b[i]->data);
@@ -314,13 +315,13 @@ static void memory(const amp_net *an, double *copies, double *workspaces)
         for (int k = -1; k < al->nsubs; ++k) {
             const amp_layer *r = k < 0 ? al : &al->subs[k];
             if (!r->bk) continue;
-            *copies += (double)cpu_layer_of(r)->wq.n * sizeof(float) +
-                       (double)amp_onednn_weight_bytes(cpu_layer_of(r));
+            /* the emulation's half weights (oneDNN's are made in the arena per pass) */
+            *copies += (double)cpu_layer_of(r)->wq.n * sizeof(float);
         }
     }
     const amp_buffer *b[] = {&cn->xq,   &cn->dq,    &cn->tmp,  &cn->gx,
                              &cn->in32, &cn->out32, &cn->dx32, &cn->img32};
-    *workspaces = (double)cn->arena_bytes;
+    *workspaces = (double)cn->arena_bytes + (double)cn->scratchpad_bytes;
     (void)cn->deltas_n; /* the activations' (amp_plan_bytes) */
     for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) *workspaces += (double)b[i]->n * sizeof(float);
 }

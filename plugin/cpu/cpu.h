@@ -104,6 +104,8 @@ typedef struct cpu_net {
      * makes its half input again). */
     void *arena;               /* the oneDNN path's (onednn_mem.c, amp_dnnl_bind) */
     size_t arena_bytes;
+    void *scratchpad;          /* oneDNN's primitives' scratchpads, one at a time */
+    size_t scratchpad_bytes;
     amp_buffer xq, dq, tmp, gx; /* the emulation's: half input, half gradient, weight and
                                    data gradients */
     amp_buffer in32, out32, dx32; /* the activation plan's (storage.c): a half input, a
@@ -259,8 +261,6 @@ int amp_onednn_plan_io(cpu_layer *c, amp_dtype in, amp_dtype out);
 amp_status amp_onednn_plan_forward(layer l, network net);
 amp_status amp_onednn_plan_backward(layer l, network net);
 int amp_onednn_plan_ran(const cpu_layer *c);
-/* The bytes of a layer's weights in oneDNN's layouts (its half copies). */
-size_t amp_onednn_weight_bytes(const cpu_layer *c);
 /* A layer on oneDNN: 1 when it runs as im2col + matmul, else 0; -1 when not
  * on oneDNN. The timings (seconds for a forward and a backward) of the
  * choice made for its current shape in *t_direct and *t_matmul, -1 where

@@ -142,6 +142,11 @@ typedef struct amp_dnnl_conv {
 amp_status amp_dnnl_check(dnnl_status_t st, const char *call, char *why, size_t whylen);
 
 /* ---- onednn_mem.c ---- */
+/* The attributes every primitive is made with: its scratchpad given at each
+ * run (amp_dnnl_run) from one buffer the network's layers share, rather than
+ * each primitive's own (Debian's oneDNN is built for concurrent execution:
+ * every primitive would hold one). */
+const_dnnl_primitive_attr_t amp_dnnl_attr(void);
 /* The network's engine and stream, made on first use. */
 amp_status amp_dnnl_ctx_of(cpu_net *cn, struct amp_dnnl_ctx **out, char *why, size_t whylen);
 /* Every primitive and memory of d released; d's shape forgotten. */

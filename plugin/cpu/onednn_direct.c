@@ -24,14 +24,14 @@ static amp_status conv_memories(amp_dnnl_conv *d, dnnl_engine_t e, const dnnl_me
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->x, MD(fpd, dnnl_query_src_md), d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->y, MD(fpd, dnnl_query_dst_md), d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(
-        amp_dnnl_mem_own(&d->w_fwd, MD(fpd, dnnl_query_weights_md), NULL, e, why, whylen));
+        amp_dnnl_mem_own(&d->w_fwd, MD(fpd, dnnl_query_weights_md), d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(
         amp_dnnl_mem_own(&d->dy_bw, MD(wpd, dnnl_query_diff_dst_md), d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(
         amp_dnnl_mem_own(&d->dw, MD(wpd, dnnl_query_diff_weights_md), d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->dx, MD(dpd, dnnl_query_diff_src_md), d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_alias_or_own(&d->w_bwd, &d->w_fwd,
-                                                   MD(dpd, dnnl_query_weights_md), NULL, e, why, whylen));
+                                                   MD(dpd, dnnl_query_weights_md), d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_alias_or_own(
         &d->dy_bd, &d->dy_bw, MD(dpd, dnnl_query_diff_dst_md), d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(
@@ -77,17 +77,17 @@ static amp_status conv_primitives(amp_dnnl_conv *d, dnnl_engine_t e, const layer
     AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(
         dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct, ax,
                                            aw, NULL, ay, strides, pad_l, pad_r)));
-    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_primitive_desc_create(fpd, &cd, NULL, e, NULL)));
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_primitive_desc_create(fpd, &cd, amp_dnnl_attr(), e, NULL)));
     AMP_RETURN_ERROR_IF(dnnl_convolution_backward_data_desc_init(&dd, dnnl_convolution_direct, ax,
                                                                  aw, ay, strides, pad_l,
                                                                  pad_r) != dnnl_success ||
-                            dnnl_primitive_desc_create(dpd, &dd, NULL, e, *fpd) != dnnl_success,
+                            dnnl_primitive_desc_create(dpd, &dd, amp_dnnl_attr(), e, *fpd) != dnnl_success,
                         AMP_ERR_INVALID, why, whylen, "no oneDNN %s backward-data convolution",
                         type);
     AMP_RETURN_ERROR_IF(dnnl_convolution_backward_weights_desc_init(&wd, dnnl_convolution_direct,
                                                                     ax, adw, NULL, ay, strides,
                                                                     pad_l, pad_r) != dnnl_success ||
-                            dnnl_primitive_desc_create(wpd, &wd, NULL, e, *fpd) != dnnl_success,
+                            dnnl_primitive_desc_create(wpd, &wd, amp_dnnl_attr(), e, *fpd) != dnnl_success,
                         AMP_ERR_INVALID, why, whylen, "no oneDNN %s backward-weights convolution",
                         type);
     snprintf(d->impl[0], sizeof d->impl[0], "%s", amp_dnnl_impl_name(*fpd));
@@ -224,9 +224,9 @@ amp_status amp_dnnl_gemm_layer_build(amp_dnnl_conv *d, dnnl_engine_t e, const la
                         what, (int)s1, (int)s2, (int)s3);
     dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
     amp_status st = AMP_OK;
-    if (dnnl_primitive_desc_create(&fpd, &fd, NULL, e, NULL) != dnnl_success ||
-        dnnl_primitive_desc_create(&dpd, &dd, NULL, e, fpd) != dnnl_success ||
-        dnnl_primitive_desc_create(&wpd, &wdd, NULL, e, fpd) != dnnl_success) {
+    if (dnnl_primitive_desc_create(&fpd, &fd, amp_dnnl_attr(), e, NULL) != dnnl_success ||
+        dnnl_primitive_desc_create(&dpd, &dd, amp_dnnl_attr(), e, fpd) != dnnl_success ||
+        dnnl_primitive_desc_create(&wpd, &wdd, amp_dnnl_attr(), e, fpd) != dnnl_success) {
         amp_errorf(why, whylen, "no oneDNN %s %s for this shape", type, what);
         st = AMP_ERR_INVALID;
     }

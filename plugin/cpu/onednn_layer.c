@@ -255,15 +255,6 @@ int amp_onednn_form(const cpu_layer *c, double *t_direct, double *t_matmul)
     return d->matmul;
 }
 
-size_t amp_onednn_weight_bytes(const cpu_layer *c)
-{
-    const amp_dnnl_conv *d = c ? c->dnnl : NULL;
-    if (!d || !d->w_fwd.m) return 0;
-    size_t n = dnnl_memory_desc_get_size(&d->w_fwd.md);
-    if (d->w_bwd.m && d->w_bwd.m != d->w_fwd.m) n += dnnl_memory_desc_get_size(&d->w_bwd.md);
-    return n;
-}
-
 void amp_onednn_free(cpu_layer *c)
 {
     if (!c || !c->dnnl) return;

@@ -29,7 +29,7 @@ static amp_status matmul(dnnl_primitive_t *p, char impl[48], const dmem *a, cons
     dnnl_primitive_desc_t pd = NULL;
     const char *type = a->md.data_type == dnnl_bf16 ? "bfloat16" : "float32";
     AMP_RETURN_ERROR_IF(dnnl_matmul_desc_init(&md, &a->md, &b->md, NULL, &c->md) != dnnl_success ||
-                            dnnl_primitive_desc_create(&pd, &md, NULL, e, NULL) != dnnl_success,
+                            dnnl_primitive_desc_create(&pd, &md, amp_dnnl_attr(), e, NULL) != dnnl_success,
                         AMP_ERR_INVALID, why, whylen, "no oneDNN %s matmul %ldx%ld by %ldx%ld",
                         type, (long)a->md.dims[0], (long)a->md.dims[1], (long)b->md.dims[0],
                         (long)b->md.dims[1]);
@@ -63,7 +63,7 @@ static amp_status mm_parts(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, ch
     for (int i = 0; i < 6; ++i)
         AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(users[i], umd[i], e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->x, 4, xd, dt, dnnl_nhwc, d, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->w_fwd, 4, wd, dt, dnnl_oihw, NULL, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->w_fwd, 4, wd, dt, dnnl_oihw, d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->dy_bw, 4, yd, dt, dnnl_nhwc, d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&m->col, 2, pk, dt, dnnl_ab, d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->y, 2, pn, dt, dnnl_ab, d, e, why, whylen));

@@ -116,15 +116,16 @@ static size_t align64(size_t n)
     return (n + 63) & ~(size_t)63;
 }
 
-/* Which passes use m: the forward's output only the forward; the input and
- * the matmul form's windows both; the data gradient's memories a backward
- * that makes it; the other gradients every backward. */
+/* Which passes use m: the forward's output only the forward; the input, the
+ * weights and the matmul form's windows both; the data gradient's memories
+ * (and the weights in backward-data's layout) a backward that makes it; the
+ * other gradients every backward. */
 static int group_of(const amp_dnnl_conv *d, const dmem *m)
 {
     if (m == &d->y) return AMP_DNNL_FORWARD;
-    if (m == &d->x || m == &d->mm.col) return AMP_DNNL_BOTH;
-    if (m == &d->dx || m == &d->dy_bd || m == &d->mm.dcol || m == &d->mm.dxa ||
-        m == &d->mm.dxh)
+    if (m == &d->x || m == &d->mm.col || m == &d->w_fwd) return AMP_DNNL_BOTH;
+    if (m == &d->dx || m == &d->dy_bd || m == &d->w_bwd || m == &d->mm.dcol ||
+        m == &d->mm.dxa || m == &d->mm.dxh)
         return AMP_DNNL_DATA_GRAD;
     return AMP_DNNL_BACKWARD;
 }
@@ -222,6 +223,17 @@ amp_status amp_dnnl_mem_alias_or_own(dmem *dst, const dmem *src, const dnnl_memo
     return amp_dnnl_mem_own(dst, md, arena, e, why, whylen);
 }
 
+const_dnnl_primitive_attr_t amp_dnnl_attr(void)
+{
+    static dnnl_primitive_attr_t attr; /* made once, at the first attach; never freed */
+    if (!attr && dnnl_primitive_attr_create(&attr) == dnnl_success &&
+        dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success) {
+        dnnl_primitive_attr_destroy(attr);
+        attr = NULL;
+    }
+    return attr;
+}
+
 /* A reorder from src to dst, adding into dst (sum post-op) when add. */
 amp_status amp_dnnl_reorder(dnnl_primitive_t *out, const dmem *src, const dmem *dst, int add,
                             dnnl_engine_t e, char *why, size_t whylen)
@@ -229,16 +241,18 @@ amp_status amp_dnnl_reorder(dnnl_primitive_t *out, const dmem *src, const dmem *
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t ops = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    if (add) {
-        AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_primitive_attr_create(&attr)));
-        amp_status st = AMP_DNNL_CHECK(dnnl_post_ops_create(&ops));
-        if (st == AMP_OK) st = AMP_DNNL_CHECK(dnnl_post_ops_append_sum(ops, 1.0f));
-        if (st == AMP_OK) st = AMP_DNNL_CHECK(dnnl_primitive_attr_set_post_ops(attr, ops));
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_primitive_attr_create(&attr)));
+    amp_status sa =
+        AMP_DNNL_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+    if (sa == AMP_OK && add) {
+        sa = AMP_DNNL_CHECK(dnnl_post_ops_create(&ops));
+        if (sa == AMP_OK) sa = AMP_DNNL_CHECK(dnnl_post_ops_append_sum(ops, 1.0f));
+        if (sa == AMP_OK) sa = AMP_DNNL_CHECK(dnnl_primitive_attr_set_post_ops(attr, ops));
         if (ops) dnnl_post_ops_destroy(ops);
-        if (st != AMP_OK) {
-            dnnl_primitive_attr_destroy(attr);
-            return st;
-        }
+    }
+    if (sa != AMP_OK) {
+        dnnl_primitive_attr_destroy(attr);
+        return sa;
     }
     dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, &src->md, e, &dst->md, e, attr);
     if (attr) dnnl_primitive_attr_destroy(attr);
@@ -307,9 +321,33 @@ amp_status amp_dnnl_mem_matrix_on(amp_dnnl_conv *d, dmem *m, dnnl_dim_t rows, dn
  * backward left half done. */
 amp_status amp_dnnl_run(amp_layer *al, dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *args)
 {
-    const struct amp_dnnl_ctx *c = cpu_net_of(al->owner)->dnnl;
+    cpu_net *cn = cpu_net_of(al->owner);
+    const struct amp_dnnl_ctx *c = cn->dnnl;
+    /* its scratchpad, in the buffer every primitive shares */
+    const_dnnl_primitive_desc_t pd = NULL;
+    const dnnl_memory_desc_t *smd = NULL;
+    if (dnnl_primitive_get_primitive_desc(p, &pd) == dnnl_success)
+        smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    const size_t bytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
+    dnnl_exec_arg_t a[8];
+    dnnl_memory_t sm = NULL;
+    if (bytes && nargs < 8) {
+        if (cn->scratchpad_bytes < bytes) {
+            void *q = NULL;
+            if (posix_memalign(&q, 64, bytes) != 0) return AMP_ERR_NOMEM;
+            free(cn->scratchpad);
+            cn->scratchpad = q;
+            cn->scratchpad_bytes = bytes;
+        }
+        if (dnnl_memory_create(&sm, smd, c->engine, cn->scratchpad) != dnnl_success)
+            return AMP_ERR_DEVICE;
+        for (int i = 0; i < nargs; ++i) a[i] = args[i];
+        a[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, sm};
+        args = a;
+    }
     dnnl_status_t st = dnnl_primitive_execute(p, c->stream, nargs, args);
     if (st == dnnl_success) st = dnnl_stream_wait(c->stream);
+    if (sm) dnnl_memory_destroy(sm);
     return st == dnnl_success ? AMP_OK : AMP_ERR_DEVICE;
 }
 

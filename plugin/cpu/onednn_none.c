@@ -29,11 +29,6 @@ const char *amp_onednn_isa(int *native_bf16)
     *native_bf16 = 0;
     return "none";
 }
-size_t amp_onednn_weight_bytes(const cpu_layer *c)
-{
-    (void)c;
-    return 0;
-}
 int amp_onednn_plan_io(cpu_layer *c, amp_dtype in, amp_dtype out)
 {
     (void)c, (void)in, (void)out;

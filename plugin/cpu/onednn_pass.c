@@ -90,6 +90,7 @@ amp_status amp_dnnl_forward_core(amp_layer *al, amp_dnnl_conv *d, const layer *l
                                  const float *input)
 {
     AMP_FORWARD_IF_ERROR(amp_dnnl_bind(al, d, 0));
+    d->w_fwd_version = d->w_bwd_version = 0; /* in the arena: made again in each pass */
     amp_dnnl_set(&d->y_user, l->output);
     AMP_FORWARD_IF_ERROR(weights_for(al, d, l, d->r_w_fwd, &d->w_fwd, &d->w_fwd_version));
     AMP_FORWARD_IF_ERROR(input_for(al, d, input));
@@ -128,6 +129,7 @@ static amp_status amp_dnnl_mm_data_gradient(amp_layer *al, amp_dnnl_conv *d, con
 amp_status amp_dnnl_gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network net)
 {
     AMP_FORWARD_IF_ERROR(amp_dnnl_bind(al, d, net.delta != NULL));
+    d->w_fwd_version = d->w_bwd_version = 0;
     amp_dnnl_set(&d->dy_user, l.delta);
     amp_dnnl_set(&d->dw_user, l.weight_updates);
     AMP_FORWARD_IF_ERROR(transfer(al, d, AMP_T_DY_BW, d->r_dy_bw, &d->dy_user, &d->dy_bw));

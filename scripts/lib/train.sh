@@ -56,7 +56,9 @@ train_run() {
     start=$(now)
     # stdbuf: darknet prints with printf, block-buffered into a pipe. The
     # pipeline's status is the last command's, so darknet's own is kept in a file.
-    { st=0; stdbuf -oL "$build/bin/darknet" detector train "$dir/shapes.data" "$cfg" 2>"$dir/train.err" \
+    # GNU time: the run's peak resident memory (its exit status is darknet's)
+    { st=0; stdbuf -oL /usr/bin/time -f %M -o "$dir/maxrss" "$build/bin/darknet" detector train \
+          "$dir/shapes.data" "$cfg" 2>"$dir/train.err" \
           || st=$?; echo "$st" > "$dir/train.rc"; } \
         | tee "$dir/train.log" | awk -F': |, ' -v every="$every" '/^[0-9]+: / && ($1 % every == 0 || $1 == 1) {
             extra = ""; for (i = 7; i <= NF; i++) extra = extra ", " $i
@@ -93,6 +95,7 @@ train_run() {
         sed -n 's/.*map50=\([0-9.]*\) recall=\([0-9.]*\).*/validation mAP@0.5|\1\nvalidation recall (>=0.25)|\2/p' "$dir/eval.log" \
             | awk -F'|' '{ printf "%s|%.1f%%\n", $1, 100 * $2 }'
         echo "$last" | awk '$5 != "NaN" { printf "skipped steps|%d\nfinal loss scale|%s\n", $6, $5 }'
+        awk 'NR == 1 && $1 + 0 > 0 { printf "peak memory|%.0f MiB\n", $1 / 1024 }' "$dir/maxrss" 2>/dev/null || true
         echo "weights|$weights"
     } > "$dir/summary"
 }

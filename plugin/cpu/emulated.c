@@ -35,22 +35,9 @@ static void round_half(amp_dtype dtype, float *x, size_t n)
     else if (dtype == AMP_DTYPE_BFLOAT16) amp_round_bf16_array(x, n);
 }
 
-/* A buffer of at least n floats (grown, never shrunk); aborts when out of
- * memory, as darknet's own allocations do inside a training step. */
-static float *reserve(amp_buffer *b, size_t n)
-{
-    if (b->n < n) {
-        float *p = realloc(b->data, n * sizeof(float));
-        if (!p) abort();
-        b->data = p;
-        b->n = n;
-    }
-    return b->data;
-}
-
 static float *zeroed(amp_buffer *b, size_t n)
 {
-    float *p = reserve(b, n);
+    float *p = amp_cpu_reserve(b, n);
     memset(p, 0, n * sizeof(float));
     return p;
 }
@@ -59,7 +46,7 @@ static float *zeroed(amp_buffer *b, size_t n)
 static const float *half_weights(amp_layer *al, const layer *l, size_t n, amp_dtype dtype)
 {
     cpu_layer *c = cpu_layer_of(al);
-    float *w = reserve(&c->wq, n);
+    float *w = amp_cpu_reserve(&c->wq, n);
     if (c->wq_version != al->owner->weights_version) {
         memcpy(w, l->weights, n * sizeof(float));
         round_half(dtype, w, n);
@@ -71,7 +58,7 @@ static const float *half_weights(amp_layer *al, const layer *l, size_t n, amp_dt
 /* A half-rounded copy of src in b. */
 static float *half_copy(amp_buffer *b, const float *src, size_t n, amp_dtype dtype)
 {
-    float *p = reserve(b, n);
+    float *p = amp_cpu_reserve(b, n);
     memcpy(p, src, n * sizeof(float));
     round_half(dtype, p, n);
     return p;

@@ -15,7 +15,9 @@
  * 3. training (three steps: forward, a fixed gradient at the last layer,
  *    backward, update) with the deltas sharing the pool gives the weights
  *    of training with each delta in storage of its own, bit for bit, for
- *    float16 and bfloat16: the pool changes where deltas live, not a value;
+ *    float16 and bfloat16: the pool changes where deltas live, not a value
+ *    (run with DARKNET_AMP_CONV=direct, so that both networks run the same
+ *    forms: auto's timing could tip a close call on a loaded machine);
  * 4. amp_activations=float32 (half_activations 0) stores nothing in half.
  */
 #include "cpu.h"

@@ -70,26 +70,33 @@ static inline void pool_row_2x2(const float *r0, const float *r1, int at0, int w
     }
 }
 
+/* One plane p (image and channel) of the pooling: in, out and idx point at
+ * the plane's own values; the indexes are the input's, as darknet's. */
+static inline void pool_plane(const layer *l, int p, const float *in, float *out, int *idx)
+{
+    const int off = -l->pad / 2, base = p * l->h * l->w;
+    const int fast = l->size == 2 && l->stride == 2 && off == 0;
+    for (int i = 0; i < l->out_h; ++i) {
+        int j = 0;
+        if (fast && 2 * i + 1 < l->h) { /* every window of the row whole inside */
+            const int n = l->w / 2, at0 = 2 * i * l->w;
+            pool_row_2x2(in + at0, in + at0 + l->w, base + at0, l->w, n, out + i * l->out_w,
+                         idx + i * l->out_w);
+            j = n;
+        }
+        for (; j < l->out_w; ++j)
+            pool_one(in, base, l, off + i * l->stride, off + j * l->stride, out + i * l->out_w + j,
+                     idx + i * l->out_w + j);
+    }
+}
+
 void amp_maxpool_forward(layer l, network net)
 {
-    const int off = -l.pad / 2, planes = l.batch * l.c;
-    const int fast = l.size == 2 && l.stride == 2 && off == 0;
-#pragma omp parallel for schedule(static) if ((long)planes * l.out_h * l.out_w > 16384)
-    for (int p = 0; p < planes; ++p) {
-        const int base = p * l.h * l.w, obase = p * l.out_h * l.out_w;
-        for (int i = 0; i < l.out_h; ++i) {
-            int j = 0;
-            if (fast && 2 * i + 1 < l.h) { /* every window of the row whole inside */
-                const int n = l.w / 2, at0 = base + 2 * i * l.w;
-                pool_row_2x2(net.input + at0, net.input + at0 + l.w, at0, l.w, n,
-                             l.output + obase + i * l.out_w, l.indexes + obase + i * l.out_w);
-                j = n;
-            }
-            for (; j < l.out_w; ++j)
-                pool_one(net.input + base, base, &l, off + i * l.stride, off + j * l.stride,
-                         l.output + obase + i * l.out_w + j, l.indexes + obase + i * l.out_w + j);
-        }
-    }
+    const int planes = l.batch * l.c, hw = l.h * l.w, ohw = l.out_h * l.out_w;
+#pragma omp parallel for schedule(static) if ((long)planes * ohw > 16384)
+    for (int p = 0; p < planes; ++p)
+        pool_plane(&l, p, net.input + (size_t)p * hw, l.output + (size_t)p * ohw,
+                   l.indexes + (size_t)p * ohw);
 }
 
 void amp_maxpool_backward(layer l, network net)
@@ -132,7 +139,7 @@ void amp_maxpool_forward_half(layer l, network net)
 {
     const amp_layer *al = l.hook_data;
     const amp_dtype dt = al->owner->scaler->opt.dtype;
-    const int off = -l.pad / 2, planes = l.batch * l.c, hw = l.h * l.w, ohw = l.out_h * l.out_w;
+    const int planes = l.batch * l.c, hw = l.h * l.w, ohw = l.out_h * l.out_w;
     const uint16_t *in = (const uint16_t *)net.input;
     uint16_t *out = (uint16_t *)l.output;
     int threads;
@@ -141,11 +148,7 @@ void amp_maxpool_forward_half(layer l, network net)
     for (int p = 0; p < planes; ++p) {
         float *x = bufs + (size_t)thread_index() * (hw + ohw), *y = x + hw;
         amp_cpu_from_half(dt, in + (size_t)p * hw, x, (size_t)hw);
-        const int base = p * hw;
-        for (int i = 0; i < l.out_h; ++i)
-            for (int j = 0; j < l.out_w; ++j)
-                pool_one(x, base, &l, off + i * l.stride, off + j * l.stride, y + i * l.out_w + j,
-                         l.indexes + (size_t)p * ohw + i * l.out_w + j);
+        pool_plane(&l, p, x, y, l.indexes + (size_t)p * ohw);
         amp_cpu_to_half(dt, y, out + (size_t)p * ohw, (size_t)ohw);
     }
     free(bufs);

@@ -80,13 +80,15 @@ typedef enum amp_dnnl_transfer {
 /* float32 kernels (float16; bfloat16 without bfloat16 instructions) on the
  * plan's half storage: oneDNN's reorders between a half array and a
  * float32 layout are its generic ones, ten times slower than its own
- * float32 reorders. So a transfer goes one image at a time through a
- * float32 image that round.c converts, with a reorder of one image. */
+ * float32 reorders. So a transfer goes a few images at a time (up to 8 MiB
+ * of float32) through a float32 buffer that round.c converts, with a
+ * reorder of that many images. */
 typedef struct amp_dnnl_image {
-    dnnl_primitive_t r; /* the float32 image <-> one image of the oneDNN layout */
-    dmem img, part;     /* views: the float32 image (cpu_net.img32), the layout's image b */
-    size_t part_bytes;  /* one image of the layout, padding included */
-    size_t elems;       /* one image's elements on darknet's side */
+    dnnl_primitive_t r; /* the float32 images <-> as many of the oneDNN layout's */
+    dmem img, part;     /* views: the float32 images (cpu_net.img32), the layout's */
+    int images;         /* how many at a time (they divide the batch) */
+    size_t part_bytes;  /* that many images of the layout, padding included */
+    size_t elems;       /* their elements on darknet's side */
 } amp_dnnl_image;
 
 /* Which form a convolution took, per shape it ran in (DARKNET_AMP_CONV=auto

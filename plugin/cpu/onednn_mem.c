@@ -365,10 +365,15 @@ dnnl_data_type_t amp_dnnl_user_type(const amp_dnnl_conv *d, int out)
     return t == dnnl_data_type_undef ? dnnl_f32 : t;
 }
 
-/* One image of a layout whose images are its outermost dimension (every
+/* The float32 images one transfer moves at a time: as many as fit in this
+ * many bytes (and divide the batch), at least one. Fewer, larger reorders
+ * cost less per value; the staging buffer stays small beside the tensors. */
+#define AMP_DNNL_IMAGES_BYTES ((size_t)8 << 20)
+
+/* k images of a layout whose images are its outermost dimension (every
  * activation layout oneDNN picks: nchw, nhwc, nChw8c, nChw16c, nc): md with
- * batch 1. 0 where the images are not laid out one after another. */
-static int one_image(const dnnl_memory_desc_t *md, dnnl_memory_desc_t *part)
+ * batch k. 0 where the images are not laid out one after another. */
+static int some_images(const dnnl_memory_desc_t *md, dnnl_dim_t k, dnnl_memory_desc_t *part)
 {
     if (md->format_kind != dnnl_blocked || md->ndims < 2) return 0;
     const dnnl_blocking_desc_t *bd = &md->format_desc.blocking;
@@ -377,7 +382,7 @@ static int one_image(const dnnl_memory_desc_t *md, dnnl_memory_desc_t *part)
     for (int i = 1; i < md->ndims; ++i)
         if (bd->strides[i] > bd->strides[0]) return 0;
     *part = *md;
-    part->dims[0] = part->padded_dims[0] = 1;
+    part->dims[0] = part->padded_dims[0] = k;
     return 1;
 }
 
@@ -389,13 +394,15 @@ amp_status amp_dnnl_images_build(amp_dnnl_conv *d, dnnl_engine_t e, const dnnl_m
     for (int t = 0; t < AMP_T_COUNT; ++t) {
         const int out = t == AMP_T_Y || t == AMP_T_DY_BW || t == AMP_T_DY_BD;
         const dnnl_memory_desc_t *u = out ? uy : ux;
+        if (!internal[t] || !internal[t]->m || u->data_type == dnnl_f32) continue;
+        const dnnl_dim_t batch = u->dims[0];
+        const size_t per = (size_t)dnnl_memory_desc_get_size(u) / (size_t)batch * 2; /* f32 */
+        dnnl_dim_t k = batch;
+        while (k > 1 && ((size_t)k * per > AMP_DNNL_IMAGES_BYTES || batch % k)) --k;
         dnnl_memory_desc_t part, img;
-        if (!internal[t] || !internal[t]->m || u->data_type == dnnl_f32 ||
-            !one_image(&internal[t]->md, &part))
-            continue;
-        img = *u;
+        if (!some_images(&internal[t]->md, k, &part)) continue;
         AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(
-            &img, u->ndims, (dnnl_dims_t){1, u->dims[1], u->dims[2], u->dims[3]}, dnnl_f32,
+            &img, u->ndims, (dnnl_dims_t){k, u->dims[1], u->dims[2], u->dims[3]}, dnnl_f32,
             u->ndims == 2 ? dnnl_nc : dnnl_nchw)));
         amp_dnnl_image *im = &d->image[t];
         AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(&im->img, &img, e, why, whylen));
@@ -404,6 +411,7 @@ amp_status amp_dnnl_images_build(amp_dnnl_conv *d, dnnl_engine_t e, const dnnl_m
         AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&im->r, to_internal ? &im->img : &im->part,
                                               to_internal ? &im->part : &im->img, 0, e, why,
                                               whylen));
+        im->images = (int)k;
         im->part_bytes = dnnl_memory_desc_get_size(&part);
         im->elems = dnnl_memory_desc_get_size(&img) / sizeof(float);
     }

@@ -30,8 +30,8 @@ static void amp_dnnl_round_half(amp_layer *al, const amp_dnnl_conv *d, amp_round
 }
 
 /* darknet's side into oneDNN's layout (the input, an incoming gradient), or
- * back (the output; the data gradient, added): reorder r, or image by image
- * through a float32 image where d has it (amp_dnnl_image). */
+ * back (the output; the data gradient, added): reorder r, or a few images at
+ * a time through a float32 buffer where d has one (amp_dnnl_image). */
 static amp_status transfer(amp_layer *al, amp_dnnl_conv *d, amp_dnnl_transfer t,
                            dnnl_primitive_t r, const dmem *src, const dmem *dst)
 {
@@ -45,7 +45,7 @@ static amp_status transfer(amp_layer *al, amp_dnnl_conv *d, amp_dnnl_transfer t,
     float *img = amp_cpu_reserve(&cpu_net_of(al->owner)->img32, im->elems);
     amp_dnnl_image *w = &d->image[t];
     amp_dnnl_set(&w->img, img);
-    for (dnnl_dim_t b = 0; b < user->md.dims[0]; ++b) {
+    for (dnnl_dim_t b = 0; b < user->md.dims[0] / im->images; ++b) {
         uint16_t *ub = u + (size_t)b * im->elems;
         amp_dnnl_set(&w->part, base + (size_t)b * im->part_bytes);
         if (to_oneDNN) {

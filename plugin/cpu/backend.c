@@ -45,8 +45,8 @@ static void net_free(amp_net *an)
     if (!cn) return;
     amp_cpu_activations_release(an);
     amp_onednn_ctx_free(cn);
-    free(cn->arena);
-    free(cn->scratchpad);
+    amp_cpu_unmap(cn->arena, cn->arena_bytes);
+    amp_cpu_unmap(cn->scratchpad, cn->scratchpad_bytes);
     free(cn->deltas);
     amp_buffer *b[] = {&cn->xq, &cn->dq, &cn->tmp, &cn->gx, &cn->in32, &cn->out32, &cn->dx32, &cn->img32};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) free(b[i]->data);

@@ -216,6 +216,11 @@ void amp_movement_install(amp_layer *al, layer *l);
 amp_status amp_cpu_activations(amp_net *an, char *err, size_t errlen);
 void amp_cpu_activations_release(amp_net *an);
 float *amp_cpu_reserve(amp_buffer *b, size_t n);
+/* Large buffers straight from the operating system (mmap), given back to it
+ * when freed: the arena and scratchpad grow layer by layer in the first
+ * step, and freed through malloc they would stay in the process's heap. */
+void *amp_cpu_map(size_t bytes);
+void amp_cpu_unmap(void *p, size_t bytes);
 uint16_t *amp_cpu_half_delta(const amp_net *an, int i);
 /* At the start of layer j's backward: the half deltas whose life starts
  * there (amp_layer.delta_from) zeroed. */

@@ -105,7 +105,7 @@ static amp_status choose(amp_layer *al, amp_dnnl_conv *d, const layer *l, amp_st
          * largest buffers of all): given back, it grows again to what the
          * forms that run need */
         cpu_net *cnw = cpu_net_of(al->owner);
-        free(cnw->arena);
+        amp_cpu_unmap(cnw->arena, cnw->arena_bytes);
         cnw->arena = NULL;
         cnw->arena_bytes = 0;
     }

@@ -192,9 +192,9 @@ amp_status amp_dnnl_bind(amp_layer *al, amp_dnnl_conv *d, int data_grad)
     cpu_net *cn = cpu_net_of(al->owner);
     const size_t need = share_bytes(d, data_grad);
     if (cn->arena_bytes < need) {
-        void *p = NULL;
-        if (posix_memalign(&p, 64, need) != 0) return AMP_ERR_NOMEM;
-        free(cn->arena);
+        void *p = amp_cpu_map(need);
+        if (!p) return AMP_ERR_NOMEM;
+        amp_cpu_unmap(cn->arena, cn->arena_bytes);
         cn->arena = p;
         cn->arena_bytes = need;
     }
@@ -333,9 +333,9 @@ amp_status amp_dnnl_run(amp_layer *al, dnnl_primitive_t p, int nargs, const dnnl
     dnnl_memory_t sm = NULL;
     if (bytes && nargs < 8) {
         if (cn->scratchpad_bytes < bytes) {
-            void *q = NULL;
-            if (posix_memalign(&q, 64, bytes) != 0) return AMP_ERR_NOMEM;
-            free(cn->scratchpad);
+            void *q = amp_cpu_map(bytes);
+            if (!q) return AMP_ERR_NOMEM;
+            amp_cpu_unmap(cn->scratchpad, cn->scratchpad_bytes);
             cn->scratchpad = q;
             cn->scratchpad_bytes = bytes;
         }

@@ -23,10 +23,12 @@
  * darknet's resize_network (random=1) makes every array again in float32;
  * the hook of patch 0015 calls amp_cpu_activations again, which shrinks them.
  */
+#define _DEFAULT_SOURCE 1 /* MAP_ANONYMOUS (POSIX from 2024 only) */
 #include "cpu.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static amp_dtype dtype_of(const amp_layer *al)
 {
@@ -44,6 +46,17 @@ float *amp_cpu_reserve(amp_buffer *b, size_t n)
         b->n = n;
     }
     return b->data;
+}
+
+void *amp_cpu_map(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void amp_cpu_unmap(void *p, size_t bytes)
+{
+    if (p) munmap(p, bytes);
 }
 
 uint16_t *amp_cpu_half_delta(const amp_net *an, int i)

@@ -94,6 +94,7 @@ static amp_options defaults(amp_dtype dtype, int dynamic, float init)
     o.min_scale = 1.0f;
     o.max_scale = 16777216.0f;
     o.max_skips = 0;
+    o.half_activations = 1;
     return o;
 }
 
@@ -115,6 +116,7 @@ static int same_options(const amp_options *a, const amp_options *b, char *diff, 
     FIELD(min_scale, "%.9g")
     FIELD(max_scale, "%.9g")
     FIELD(max_skips, "%ld")
+    FIELD(half_activations, "%d")
 #undef FIELD
     return 1;
 }
@@ -123,10 +125,10 @@ static void describe_options(char *buf, size_t n, int enabled, const amp_options
 {
     snprintf(buf, n,
              "amp=%d %s %s init=%.9g growth=%.9g backoff=%.9g interval=%ld hysteresis=%d "
-             "scale in [%.9g, %.9g] max_skips=%ld",
+             "scale in [%.9g, %.9g] max_skips=%ld activations=%s",
              enabled, amp_dtype_name(o->dtype), o->dynamic ? "dynamic" : "static", o->init_scale,
              o->growth_factor, o->backoff_factor, o->growth_interval, o->hysteresis,
-             o->min_scale, o->max_scale, o->max_skips);
+             o->min_scale, o->max_scale, o->max_skips, o->half_activations ? "half" : "float32");
 }
 
 static void expect_ok(const char *net_keys, amp_dtype def, int enabled, amp_options want)
@@ -227,6 +229,9 @@ static void good_values(void)
     expect_ok("amp=1\namp_max_skips=0", F16, 1, defaults(F16, 1, 65536));
     expect_ok("amp=1\namp_max_skips=10", F16, 1,
               (o = defaults(F16, 1, 65536), o.max_skips = 10, o));
+    expect_ok("amp=1\namp_activations=half", F16, 1, defaults(F16, 1, 65536));
+    expect_ok("amp=1\namp_activations=FLOAT32", BF16, 1,
+              (o = defaults(BF16, 0, 1), o.half_activations = 0, o));
 
     /* A dynamic-only key makes bfloat16 dynamic instead of being ignored. */
     expect_ok("amp=1\namp_growth_interval=100", BF16, 1,
@@ -360,6 +365,9 @@ static const bad_case bad_values[] = {
     {"amp_max_skips=1.5", "amp_max_skips=1.5|expected an integer >= 0"},
     {"amp_max_skips=never", "amp_max_skips=never|expected an integer >= 0"},
     {"amp_max_skips=10k", "amp_max_skips=10k|expected an integer >= 0"},
+
+    {"amp_activations=nchw", "amp_activations=nchw|expected half or float32"},
+    {"amp_activations=1", "amp_activations=1|expected half or float32"},
 
     /* Keys against each other. */
     {"amp_min_scale=100\namp_max_scale=10",

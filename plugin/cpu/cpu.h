@@ -221,6 +221,9 @@ float *amp_cpu_reserve(amp_buffer *b, size_t n);
  * step, and freed through malloc they would stay in the process's heap. */
 void *amp_cpu_map(size_t bytes);
 void amp_cpu_unmap(void *p, size_t bytes);
+/* *p (of *bytes) replaced by a mapping of need bytes if it is smaller (its
+ * contents not kept); nonzero when out of memory, *p unchanged. */
+int amp_cpu_grow_mapped(void **p, size_t *bytes, size_t need);
 uint16_t *amp_cpu_half_delta(const amp_net *an, int i);
 /* At the start of layer j's backward: the half deltas whose life starts
  * there (amp_layer.delta_from) zeroed. */

@@ -190,14 +190,8 @@ static int in_arena(const amp_dnnl_conv *d, const dmem *m)
 amp_status amp_dnnl_bind(amp_layer *al, amp_dnnl_conv *d, int data_grad)
 {
     cpu_net *cn = cpu_net_of(al->owner);
-    const size_t need = share_bytes(d, data_grad);
-    if (cn->arena_bytes < need) {
-        void *p = amp_cpu_map(need);
-        if (!p) return AMP_ERR_NOMEM;
-        amp_cpu_unmap(cn->arena, cn->arena_bytes);
-        cn->arena = p;
-        cn->arena_bytes = need;
-    }
+    if (amp_cpu_grow_mapped(&cn->arena, &cn->arena_bytes, share_bytes(d, data_grad)))
+        return AMP_ERR_NOMEM;
     for (int i = 0; i < d->nslots; ++i) { /* owners come before their views */
         const amp_dnnl_slot *s = &d->slot[i];
         if (s->group == AMP_DNNL_DATA_GRAD && !data_grad) continue;
@@ -332,13 +326,8 @@ amp_status amp_dnnl_run(amp_layer *al, dnnl_primitive_t p, int nargs, const dnnl
     dnnl_exec_arg_t a[8];
     dnnl_memory_t sm = NULL;
     if (bytes && nargs < 8) {
-        if (cn->scratchpad_bytes < bytes) {
-            void *q = amp_cpu_map(bytes);
-            if (!q) return AMP_ERR_NOMEM;
-            amp_cpu_unmap(cn->scratchpad, cn->scratchpad_bytes);
-            cn->scratchpad = q;
-            cn->scratchpad_bytes = bytes;
-        }
+        if (amp_cpu_grow_mapped(&cn->scratchpad, &cn->scratchpad_bytes, bytes))
+            return AMP_ERR_NOMEM;
         if (dnnl_memory_create(&sm, smd, c->engine, cn->scratchpad) != dnnl_success)
             return AMP_ERR_DEVICE;
         for (int i = 0; i < nargs; ++i) a[i] = args[i];

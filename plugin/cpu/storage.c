@@ -59,6 +59,17 @@ void amp_cpu_unmap(void *p, size_t bytes)
     if (p) munmap(p, bytes);
 }
 
+int amp_cpu_grow_mapped(void **p, size_t *bytes, size_t need)
+{
+    if (*bytes >= need) return 0;
+    void *q = amp_cpu_map(need);
+    if (!q) return 1;
+    amp_cpu_unmap(*p, *bytes);
+    *p = q;
+    *bytes = need;
+    return 0;
+}
+
 uint16_t *amp_cpu_half_delta(const amp_net *an, int i)
 {
     if (i < 0 || !an->layers[i].out_half || !an->layers[i].bk) return NULL;

@@ -128,7 +128,9 @@ typedef enum amp_cpu_runner {
 /* A half layer's tail on the activation plan's half storage (storage.c sets
  * it around a call): x, the batch-norm input, y, the output, and dh, the
  * delta, as 16-bit patterns of the half dtype; NULL: darknet's float32
- * arrays (l.x and l.x_norm, l.output, l.delta). */
+ * arrays (l.x and l.x_norm, l.output, l.delta). With y (the output in half),
+ * x, y and dh are NHWC tensors (tail_nhwc.c); x alone (the output float32)
+ * is NCHW, as darknet's l.x. */
 typedef struct amp_tail_half {
     uint16_t *x, *y, *dh;
     int bf16;      /* bfloat16 patterns, else float16 */
@@ -136,6 +138,8 @@ typedef struct amp_tail_half {
                       the forward made it */
     int from_half; /* the forward's values are in half storage already (x, or y without
                       batch-norm), put there by the convolution; else in l.output */
+    int done;      /* the backward's tail ran already, on dh (storage.c): the layer's
+                      own call does nothing */
     unsigned long long *nonzero, *flushed; /* dh: the gradient's rounding counted here */
 } amp_tail_half;
 
@@ -197,6 +201,14 @@ void amp_emulated_connected_backward(layer l, network net);
  * activation, and their gradients; multi-threaded, same results as darknet's. */
 void amp_tail_forward(layer l, network net, int nbias, int bias_size, amp_bn_formula bn);
 void amp_tail_backward(layer l, network net, int nbias, int bias_size);
+/* tail_nhwc.c: the same on the plan's NHWC half tensors (th: y and dh set,
+ * x with batch-norm), with float32 arithmetic; the backward overwrites th->dh
+ * with the tail's gradient, counting its rounding's flushes in th->nonzero
+ * and th->flushed. */
+void amp_tail_forward_nhwc(layer l, network net, int nbias, int bias_size, amp_bn_formula bn,
+                           const amp_tail_half *th);
+void amp_tail_backward_nhwc(layer l, network net, int nbias, int bias_size,
+                            const amp_tail_half *th);
 
 /* maxpool.c: darknet's max-pooling, multi-threaded, same results. */
 void amp_maxpool_forward(layer l, network net);
@@ -225,6 +237,10 @@ void amp_cpu_unmap(void *p, size_t bytes);
  * contents not kept); nonzero when out of memory, *p unchanged. */
 int amp_cpu_grow_mapped(void **p, size_t *bytes, size_t need);
 uint16_t *amp_cpu_half_delta(const amp_net *an, int i);
+/* Layer i's output as the plan stores it in half, NHWC: c channels by hw
+ * positions per image (out_c by out_h x out_w; outputs by 1 for a layer
+ * without a spatial shape). */
+void amp_cpu_tensor_shape(const network *net, int i, int *c, int *hw);
 /* At the start of layer j's backward: the half deltas whose life starts
  * there (amp_layer.delta_from) zeroed. */
 void amp_cpu_deltas_begin(const amp_net *an, int j);
@@ -303,6 +319,15 @@ void amp_cpu_add_half(amp_dtype dtype, uint16_t *h, const float *add, size_t n);
  * 1 from half (writes f), 2 add (reads f); returns the variant that ran. */
 amp_cpu_isa amp_cpu_convert_at(amp_cpu_isa isa, int op, amp_dtype dtype, float *f, uint16_t *h,
                                size_t n);
+/* round.c: the same between darknet's NCHW float32 arrays and the plan's
+ * NHWC half storage (batch images of c channels by hw positions), converted
+ * and transposed in one pass, bit for bit the conversions above. */
+void amp_cpu_to_half_nhwc(amp_dtype dtype, const float *src, uint16_t *dst, int batch, int c,
+                          int hw);
+void amp_cpu_from_half_nhwc(amp_dtype dtype, const uint16_t *src, float *dst, int batch, int c,
+                            int hw);
+void amp_cpu_add_half_nhwc(amp_dtype dtype, uint16_t *h, const float *add, int batch, int c,
+                           int hw);
 
 /* isa.c: the widest variant the CPU and the operating system run; that,
  * capped by DARKNET_AMP_MAX_CPU_ISA (read once), the one in use; the value's

@@ -135,7 +135,8 @@ static half_operands backward_operands(amp_layer *al, const layer *l, network ne
     half_operands o;
     cpu_net *c = shared(al);
     o.dy = half_copy(&c->dq, l->delta, nout, dtype);
-    count_flushed(al->owner, l->delta, o.dy, nout);
+    /* (a tail on the plan's half storage rounded it, and counted there) */
+    if (!cpu_layer_of(al)->tail.done) count_flushed(al->owner, l->delta, o.dy, nout);
     o.w = half_weights(al, l, nw, dtype);
     o.x = rounded_input(al, net, (size_t)l->inputs * l->batch, dtype);
     o.dw = zeroed(&c->tmp, nw);

@@ -10,6 +10,8 @@
  */
 #include "cpu.h"
 
+#include "math/half_format.h"
+
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,13 +110,17 @@ void amp_maxpool_backward(layer l, network net)
 }
 
 /* ---- On the activation plan's half storage (storage.c) ----
- * Per plane: the input widened to float32 in a buffer of the thread's, the
- * same windows and first-maximum rule, the maxima stored in half (exact:
- * each is one of the half inputs). The backward adds the plane's gradients
- * onto the input's half delta in float32, in darknet's order, and rounds
- * the plane once. */
+ * NHWC: an output position's channels side by side, compared a position of
+ * the window at a time, over all channels at once. The same windows and
+ * first-maximum rule (strict >, from -FLT_MAX, window rows then columns);
+ * the maxima stored in half (exact: each is one of the half inputs) with
+ * their inputs' NHWC indexes in l.indexes. The backward adds each output's
+ * gradient onto the input's half delta in float32 and rounds once per
+ * element: directly where windows do not overlap (an input gets at most one
+ * gradient), else over a float32 copy of the image's delta, in darknet's
+ * order (outputs in row-major order per channel). */
 
-/* Per-thread float32 planes: n floats each. */
+/* Per-thread float32 buffers: n floats each. */
 static float *thread_planes(size_t n, int *threads)
 {
     *threads = 1;
@@ -135,23 +141,125 @@ static int thread_index(void)
 #endif
 }
 
+static inline float half_value(const uint16_t *h, long i, const int bf16)
+{
+    return bf16 ? amp_bf16_to_f32(h[i]) : amp_f16_to_f32(h[i]);
+}
+
+static inline uint16_t half_of_value(float v, const int bf16)
+{
+    return bf16 ? amp_f32_to_bf16(v) : amp_f32_to_f16(v);
+}
+
+/* Output row i of image b, c channels; max and best: c floats and ints of
+ * the thread's. The window position of each channel's first maximum is
+ * kept (best), its input index made once at the end. Indexes are int, as
+ * darknet's l.indexes. */
+static inline void pool_row_nhwc(const layer *l, const uint16_t *restrict in,
+                                 uint16_t *restrict out, int *restrict idx, int b, int i,
+                                 float *restrict max, int *restrict best, const int bf16)
+{
+    const int c_n = l->c, off = -l->pad / 2, s = l->size;
+    const int y0 = off + i * l->stride;
+    for (int j = 0; j < l->out_w; ++j) {
+        const int o = ((b * l->out_h + i) * l->out_w + j) * c_n;
+        const int x0 = off + j * l->stride;
+        if (s == 2 && y0 >= 0 && x0 >= 0 && y0 + 1 < l->h && x0 + 1 < l->w) {
+            /* the common 2 x 2 window, whole inside: the same four comparisons */
+            const int a0 = ((b * l->h + y0) * l->w + x0) * c_n, a1 = a0 + c_n;
+            const int a2 = a0 + l->w * c_n, a3 = a2 + c_n;
+#pragma omp simd
+            for (int c = 0; c < c_n; ++c) {
+                const float v0 = half_value(in, a0 + c, bf16), v1 = half_value(in, a1 + c, bf16),
+                            v2 = half_value(in, a2 + c, bf16), v3 = half_value(in, a3 + c, bf16);
+                float m = -FLT_MAX;
+                int at = -1;
+                at = v0 > m ? a0 + c : at, m = v0 > m ? v0 : m;
+                at = v1 > m ? a1 + c : at, m = v1 > m ? v1 : m;
+                at = v2 > m ? a2 + c : at, m = v2 > m ? v2 : m;
+                at = v3 > m ? a3 + c : at, m = v3 > m ? v3 : m;
+                out[o + c] = half_of_value(m, bf16);
+                idx[o + c] = at;
+            }
+            continue;
+        }
+        for (int c = 0; c < c_n; ++c) max[c] = -FLT_MAX, best[c] = -1;
+        for (int k = 0; k < s * s; ++k) {
+            const int y = y0 + k / s, x = x0 + k % s;
+            if (y < 0 || y >= l->h || x < 0 || x >= l->w) continue; /* -FLT_MAX: never > */
+            const int at = ((b * l->h + y) * l->w + x) * c_n;
+#pragma omp simd
+            for (int c = 0; c < c_n; ++c) {
+                const float v = half_value(in, at + c, bf16);
+                const int gt = v > max[c];
+                best[c] = gt ? k : best[c];
+                max[c] = gt ? v : max[c];
+            }
+        }
+        for (int c = 0; c < c_n; ++c) {
+            out[o + c] = half_of_value(max[c], bf16);
+            const int k = best[c];
+            idx[o + c] = k < 0 ? -1 : ((b * l->h + y0 + k / s) * l->w + x0 + k % s) * c_n + c;
+        }
+    }
+}
+
+/* The row function compiled per instruction set (isa.c chooses), the dtype
+ * a constant in each. */
+typedef void (*pool_row_fn)(const layer *l, const uint16_t *in, uint16_t *out, int *idx, int b,
+                            int i, float *max, int *best, int bf16);
+#define POOL_VARIANT(attr, isa)                                                                   \
+    attr static void pool_row_##isa(const layer *l, const uint16_t *in, uint16_t *out, int *idx,  \
+                                    int b, int i, float *max, int *best, int bf16)                \
+    {                                                                                             \
+        if (bf16) pool_row_nhwc(l, in, out, idx, b, i, max, best, 1);                             \
+        else pool_row_nhwc(l, in, out, idx, b, i, max, best, 0);                                  \
+    }
+POOL_VARIANT(, sse2)
+#if defined(__x86_64__) && defined(__GNUC__)
+POOL_VARIANT(__attribute__((target("avx2,fma,f16c"))), avx2)
+POOL_VARIANT(__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))), avx512)
+#define POOL_X86 1
+#endif
+
+static pool_row_fn pool_row(void)
+{
+#ifdef POOL_X86
+    switch (amp_cpu_isa_used()) {
+    case AMP_ISA_AVX512: return pool_row_avx512;
+    case AMP_ISA_AVX2: return pool_row_avx2;
+    default: break;
+    }
+#endif
+    return pool_row_sse2;
+}
+
 void amp_maxpool_forward_half(layer l, network net)
 {
     const amp_layer *al = l.hook_data;
-    const amp_dtype dt = al->owner->scaler->opt.dtype;
-    const int planes = l.batch * l.c, hw = l.h * l.w, ohw = l.out_h * l.out_w;
+    const int bf16 = al->owner->scaler->opt.dtype == AMP_DTYPE_BFLOAT16;
     const uint16_t *in = (const uint16_t *)net.input;
     uint16_t *out = (uint16_t *)l.output;
+    const int rows = l.batch * l.out_h;
+    const pool_row_fn row = pool_row();
     int threads;
-    float *bufs = thread_planes((size_t)hw + ohw, &threads);
-#pragma omp parallel for schedule(static) if ((long)planes * ohw > 16384)
-    for (int p = 0; p < planes; ++p) {
-        float *x = bufs + (size_t)thread_index() * (hw + ohw), *y = x + hw;
-        amp_cpu_from_half(dt, in + (size_t)p * hw, x, (size_t)hw);
-        pool_plane(&l, p, x, y, l.indexes + (size_t)p * ohw);
-        amp_cpu_to_half(dt, y, out + (size_t)p * ohw, (size_t)ohw);
+    float *bufs = thread_planes(2 * (size_t)l.c, &threads);
+#pragma omp parallel for schedule(static) if ((long)l.outputs * l.batch > 16384)
+    for (int r = 0; r < rows; ++r) {
+        float *max = bufs + (size_t)thread_index() * 2 * l.c;
+        row(&l, in, out, l.indexes, r / l.out_h, r % l.out_h, max, (int *)(max + l.c), bf16);
     }
     free(bufs);
+}
+
+/* dst[idx[k]] = half(dst[idx[k]] + d[k]) for outputs [k0, k1), in float32. */
+static inline void scatter_half(uint16_t *dst, const uint16_t *d, const int *idx, long k0, long k1,
+                                const int bf16)
+{
+    for (long k = k0; k < k1; ++k) {
+        const int i = idx[k];
+        dst[i] = half_of_value(half_value(dst, i, bf16) + half_value(d, k, bf16), bf16);
+    }
 }
 
 void amp_maxpool_backward_half(layer l, network net)
@@ -159,20 +267,34 @@ void amp_maxpool_backward_half(layer l, network net)
     (void)net;
     const amp_layer *al = l.hook_data;
     const amp_dtype dt = al->owner->scaler->opt.dtype;
+    const int bf16 = dt == AMP_DTYPE_BFLOAT16;
     amp_cpu_deltas_begin(al->owner, al->index);
     uint16_t *dst = amp_cpu_half_delta(al->owner, al->index - 1);
     if (!dst) return;
-    const int planes = l.batch * l.c, hw = l.h * l.w, ohw = l.out_h * l.out_w;
     const uint16_t *d = cpu_layer_of(al)->delta_h;
+    const long per_in = (long)l.h * l.w * l.c, per_out = (long)l.outputs;
+    if (l.stride >= l.size) { /* no two windows share an input */
+        const long n = per_out * l.batch;
+        const long chunks = (n + 4095) / 4096;
+#pragma omp parallel for schedule(static) if (n > 16384)
+        for (long q = 0; q < chunks; ++q) {
+            const long k1 = (q + 1) * 4096 < n ? (q + 1) * 4096 : n;
+            if (bf16) scatter_half(dst, d, l.indexes, q * 4096, k1, 1);
+            else scatter_half(dst, d, l.indexes, q * 4096, k1, 0);
+        }
+        return;
+    }
     int threads;
-    float *bufs = thread_planes((size_t)hw + ohw, &threads);
-#pragma omp parallel for schedule(static) if ((long)planes * ohw > 16384)
-    for (int p = 0; p < planes; ++p) {
-        float *dx = bufs + (size_t)thread_index() * (hw + ohw), *dy = dx + hw;
-        amp_cpu_from_half(dt, dst + (size_t)p * hw, dx, (size_t)hw);
-        amp_cpu_from_half(dt, d + (size_t)p * ohw, dy, (size_t)ohw);
-        for (int i = 0; i < ohw; ++i) dx[l.indexes[(size_t)p * ohw + i] - p * hw] += dy[i];
-        amp_cpu_to_half(dt, dx, dst + (size_t)p * hw, (size_t)hw);
+    float *bufs = thread_planes((size_t)per_in, &threads);
+#pragma omp parallel for schedule(static) if (per_out * l.batch > 16384)
+    for (int b = 0; b < l.batch; ++b) {
+        float *dx = bufs + (size_t)thread_index() * per_in;
+        uint16_t *db = dst + (size_t)b * per_in;
+        amp_cpu_from_half(dt, db, dx, (size_t)per_in);
+        const long base = b * per_in;
+        for (long k = b * per_out; k < (b + 1) * per_out; ++k)
+            dx[l.indexes[k] - base] += half_value(d, k, bf16);
+        amp_cpu_to_half(dt, dx, db, (size_t)per_in);
     }
     free(bufs);
 }

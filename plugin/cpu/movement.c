@@ -14,6 +14,8 @@
  */
 #include "cpu.h"
 
+#include "math/half_format.h"
+
 #include "activations.h"
 
 #include <string.h>
@@ -28,20 +30,63 @@ static uint16_t *out_half(const layer *l)
     return (uint16_t *)l->output;
 }
 
-/* ---- route: the inputs' channels one after another ---- */
+static inline float value(const uint16_t *h, long i, const int bf16)
+{
+    return bf16 ? amp_bf16_to_f32(h[i]) : amp_f16_to_f32(h[i]);
+}
+
+static inline uint16_t rounded(float v, const int bf16)
+{
+    return bf16 ? amp_f32_to_bf16(v) : amp_f32_to_f16(v);
+}
+
+/* dst[r * ds + c] = half(dst + src[r * ss + c]) for rows x cols values: a
+ * half gradient added onto a half delta, in float32, rounded once. */
+static inline void add_rows(uint16_t *dst, long ds, const uint16_t *src, long ss, long rows,
+                            int cols, const int bf16)
+{
+    for (long r = 0; r < rows; ++r) {
+        uint16_t *d = dst + r * ds;
+        const uint16_t *a = src + r * ss;
+#pragma omp simd
+        for (int c = 0; c < cols; ++c) d[c] = rounded(value(d, c, bf16) + value(a, c, bf16), bf16);
+    }
+}
+
+static void add_rows_any(amp_dtype dt, uint16_t *dst, long ds, const uint16_t *src, long ss,
+                         long rows, int cols)
+{
+    const long n = rows * cols, per = 4096 / (cols > 0 ? cols : 1) + 1;
+    const long chunks = (rows + per - 1) / per;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (long q = 0; q < chunks; ++q) {
+        const long r0 = q * per, r1 = r0 + per < rows ? r0 + per : rows;
+        if (dt == AMP_DTYPE_BFLOAT16)
+            add_rows(dst + r0 * ds, ds, src + r0 * ss, ss, r1 - r0, cols, 1);
+        else add_rows(dst + r0 * ds, ds, src + r0 * ss, ss, r1 - r0, cols, 0);
+    }
+}
+
+/* ---- route: the inputs' channels side by side at each position ---- */
+
+/* Input i's channels (its tensor's, at the route's positions). */
+static int route_channels(const layer *l, int i)
+{
+    return l->input_sizes[i] / (l->out_h * l->out_w);
+}
 
 static void route_forward(layer l, network net)
 {
-    amp_layer *al = l.hook_data;
-    (void)al;
-    size_t offset = 0;
+    const long positions = (long)l.batch * l.out_h * l.out_w;
+    uint16_t *out = out_half(&l);
+    int off = 0;
     for (int i = 0; i < l.n; ++i) {
         const uint16_t *in = (const uint16_t *)net.layers[l.input_layers[i]].output;
-        const size_t size = (size_t)l.input_sizes[i];
-        for (int b = 0; b < l.batch; ++b)
-            memcpy(out_half(&l) + offset + (size_t)b * l.outputs, in + (size_t)b * size,
-                   size * sizeof(uint16_t));
-        offset += size;
+        const int c = route_channels(&l, i);
+#pragma omp parallel for schedule(static) if ((long)l.outputs * l.batch > 65536)
+        for (long p = 0; p < positions; ++p)
+            memcpy(out + p * l.out_c + off, in + p * c, (size_t)c * sizeof(uint16_t));
+        off += c;
     }
 }
 
@@ -50,18 +95,14 @@ static void route_backward(layer l, network net)
     (void)net;
     amp_layer *al = l.hook_data;
     amp_cpu_deltas_begin(al->owner, al->index);
-    const amp_dtype dt = dtype_of(al);
-    const size_t n = (size_t)l.outputs * l.batch;
-    float *d = amp_cpu_reserve(&cpu_net_of(al->owner)->out32, n);
-    amp_cpu_from_half(dt, cpu_layer_of(al)->delta_h, d, n);
-    size_t offset = 0;
+    const long positions = (long)l.batch * l.out_h * l.out_w;
+    const uint16_t *d = cpu_layer_of(al)->delta_h;
+    int off = 0;
     for (int i = 0; i < l.n; ++i) {
         uint16_t *dst = amp_cpu_half_delta(al->owner, l.input_layers[i]);
-        const size_t size = (size_t)l.input_sizes[i];
-        for (int b = 0; dst && b < l.batch; ++b)
-            amp_cpu_add_half(dt, dst + (size_t)b * size, d + offset + (size_t)b * l.outputs,
-                             size);
-        offset += size;
+        const int c = route_channels(&l, i);
+        if (dst) add_rows_any(dtype_of(al), dst, c, d + off, l.out_c, positions, c);
+        off += c;
     }
 }
 
@@ -71,40 +112,56 @@ static void upsample_forward(layer l, network net)
 {
     const uint16_t *in = (const uint16_t *)net.input;
     uint16_t *out = out_half(&l);
-    const int s = l.stride, planes = l.batch * l.c, ow = l.w * s;
+    const int s = l.stride, rows = l.batch * l.out_h, c_n = l.c;
 #pragma omp parallel for schedule(static) if ((long)l.outputs * l.batch > 65536)
-    for (int p = 0; p < planes; ++p)
-        for (int j = 0; j < l.h * s; ++j) {
-            const uint16_t *row = in + ((size_t)p * l.h + j / s) * l.w;
-            uint16_t *o = out + ((size_t)p * l.h * s + j) * ow;
-            for (int i = 0; i < ow; ++i) o[i] = row[i / s];
-        }
+    for (int r = 0; r < rows; ++r) {
+        const int b = r / l.out_h, y = r % l.out_h;
+        const uint16_t *row = in + ((size_t)b * l.h + y / s) * l.w * c_n;
+        uint16_t *o = out + (size_t)r * l.out_w * c_n;
+        for (int x = 0; x < l.out_w; ++x)
+            memcpy(o + (size_t)x * c_n, row + (size_t)(x / s) * c_n, (size_t)c_n * sizeof(uint16_t));
+    }
 }
 
 /* Each input's gradient: its s x s block of output gradients summed in
- * darknet's order (rows, then columns) onto what it holds, rounded once. */
+ * darknet's order (rows, then columns) onto what it holds, in float32,
+ * rounded once. */
+static inline void upsample_sum_row(const layer *l, uint16_t *dst, const uint16_t *d, int b, int y,
+                                    float *acc, const int bf16)
+{
+    const int s = l->stride, c_n = l->c;
+    for (int x = 0; x < l->w; ++x) {
+        uint16_t *t = dst + (((size_t)b * l->h + y) * l->w + x) * c_n;
+#pragma omp simd
+        for (int c = 0; c < c_n; ++c) acc[c] = value(t, c, bf16);
+        for (int j = 0; j < s; ++j)
+            for (int i = 0; i < s; ++i) {
+                const uint16_t *o =
+                    d + (((size_t)b * l->out_h + y * s + j) * l->out_w + x * s + i) * c_n;
+#pragma omp simd
+                for (int c = 0; c < c_n; ++c) acc[c] += value(o, c, bf16);
+            }
+#pragma omp simd
+        for (int c = 0; c < c_n; ++c) t[c] = rounded(acc[c], bf16);
+    }
+}
+
 static void upsample_backward(layer l, network net)
 {
+    (void)net;
     amp_layer *al = l.hook_data;
     amp_cpu_deltas_begin(al->owner, al->index);
     uint16_t *dst = amp_cpu_half_delta(al->owner, al->index - 1);
     if (!dst) return;
-    const amp_dtype dt = dtype_of(al);
-    const size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
-    cpu_net *cn = cpu_net_of(al->owner);
-    float *d = amp_cpu_reserve(&cn->out32, nout), *sum = amp_cpu_reserve(&cn->dx32, nin);
-    amp_cpu_from_half(dt, cpu_layer_of(al)->delta_h, d, nout);
-    amp_cpu_from_half(dt, dst, sum, nin);
-    const int s = l.stride, planes = l.batch * l.c, ow = l.w * s;
+    const int bf16 = dtype_of(al) == AMP_DTYPE_BFLOAT16, rows = l.batch * l.h;
+    const uint16_t *d = cpu_layer_of(al)->delta_h;
+    float *acc = amp_cpu_reserve(&cpu_net_of(al->owner)->out32, (size_t)l.c * rows);
 #pragma omp parallel for schedule(static) if ((long)l.outputs * l.batch > 65536)
-    for (int p = 0; p < planes; ++p)
-        for (int j = 0; j < l.h * s; ++j) {
-            float *row = sum + ((size_t)p * l.h + j / s) * l.w;
-            const float *o = d + ((size_t)p * l.h * s + j) * ow;
-            for (int i = 0; i < ow; ++i) row[i / s] += o[i];
-        }
-    amp_cpu_to_half(dt, sum, dst, nin);
-    (void)net;
+    for (int r = 0; r < rows; ++r) {
+        float *a = acc + (size_t)r * l.c;
+        if (bf16) upsample_sum_row(&l, dst, d, r / l.h, r % l.h, a, 1);
+        else upsample_sum_row(&l, dst, d, r / l.h, r % l.h, a, 0);
+    }
 }
 
 /* ---- shortcut (same shape, alpha = beta = 1): act(input + layer index) ---- */
@@ -149,8 +206,12 @@ static void shortcut_backward(layer l, network net)
 int amp_movement_has_half(const layer *l)
 {
     switch (l->type) {
-    case MAXPOOL:
-    case ROUTE: return 1;
+    case MAXPOOL: return 1;
+    case ROUTE: /* inputs of one spatial shape (darknet concatenates others flat) */
+        if (l->out_c <= 0 || (long)l->out_c * l->out_h * l->out_w != l->outputs) return 0;
+        for (int i = 0; i < l->n; ++i)
+            if (l->input_sizes[i] % (l->out_h * l->out_w)) return 0;
+        return 1;
     case UPSAMPLE: return !l->reverse && l->scale == 1.0f;
     case SHORTCUT:
         return l->alpha == 1.0f && l->beta == 1.0f && l->w == l->out_w && l->h == l->out_h &&

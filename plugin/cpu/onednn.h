@@ -47,8 +47,19 @@ typedef struct amp_dnnl_slot {
 /* A forward's memories and a backward's share the arena's space after the
  * ones both use (the input, the matmul form's windows); the data gradient's
  * come after the backward's, and only when the layer has one to give (not
- * the first layer of a network, usually). */
-enum { AMP_DNNL_BOTH, AMP_DNNL_FORWARD, AMP_DNNL_BACKWARD, AMP_DNNL_DATA_GRAD, AMP_DNNL_GROUPS };
+ * the first layer of a network, usually). A memory in the layout of
+ * darknet's side of it (the plan's NHWC half tensors, where oneDNN's
+ * convolution works in NHWC too) takes no arena space: it is darknet's
+ * storage itself, given before each pass (amp_dnnl_bind_user), and needs no
+ * reorder. */
+enum {
+    AMP_DNNL_BOTH,
+    AMP_DNNL_FORWARD,
+    AMP_DNNL_BACKWARD,
+    AMP_DNNL_DATA_GRAD,
+    AMP_DNNL_GROUPS,
+    AMP_DNNL_USER = AMP_DNNL_GROUPS /* darknet's side's storage, not the arena's */
+};
 #define AMP_DNNL_SLOTS 16
 
 /* The matmul form's buffers (im2col + matmul): owned ones, and views of
@@ -165,6 +176,16 @@ amp_status amp_dnnl_mem_own(dmem *m, const dnnl_memory_desc_t *md, amp_dnnl_conv
 amp_status amp_dnnl_mem_alias_or_own(dmem *dst, const dmem *src, const dnnl_memory_desc_t *md,
                                      amp_dnnl_conv *arena, dnnl_engine_t e, char *why,
                                      size_t whylen);
+/* m of layout md on darknet's side's storage (no reorder to or from it:
+ * amp_dnnl_is_user); the same where md is user's layout, else a memory in
+ * d's arena. */
+amp_status amp_dnnl_mem_user(amp_dnnl_conv *d, dmem *m, const dnnl_memory_desc_t *md,
+                             dnnl_engine_t e, char *why, size_t whylen);
+amp_status amp_dnnl_mem_user_or_own(amp_dnnl_conv *d, dmem *m, const dnnl_memory_desc_t *md,
+                                    const dmem *user, dnnl_engine_t e, char *why, size_t whylen);
+int amp_dnnl_is_user(const amp_dnnl_conv *d, const dmem *m);
+/* m, a memory on darknet's side's storage, and the views on it, at p. */
+amp_status amp_dnnl_bind_user(amp_dnnl_conv *d, dmem *m, void *p);
 /* Storage of dims and tag, as amp_dnnl_mem_own; owner's storage seen as md,
  * or as a rows x cols matrix (transposed: the owner's cols x rows read by
  * columns), following the owner into the arena (d). */
@@ -208,8 +229,10 @@ amp_status amp_dnnl_mm_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, 
                              size_t whylen);
 
 /* The data type of darknet's side of the input (out: the output), float32
- * unless the plan stores it in half. */
+ * unless the plan stores it in half; and its layout: NHWC in half (the
+ * plan's), darknet's NCHW in float32. */
 dnnl_data_type_t amp_dnnl_user_type(const amp_dnnl_conv *d, int out);
+dnnl_format_tag_t amp_dnnl_user_tag(const amp_dnnl_conv *d, int out);
 
 /* The image-by-image transfers of d (amp_dnnl_image) where d's kernels are
  * float32 and darknet's side is half, for the memories they connect (NULL:

@@ -21,12 +21,16 @@ static amp_status conv_memories(amp_dnnl_conv *d, dnnl_engine_t e, const dnnl_me
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(&d->dy_user, uy, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(&d->dw_user, uw, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(&d->dx_user, ux, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->x, MD(fpd, dnnl_query_src_md), d, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->y, MD(fpd, dnnl_query_dst_md), d, e, why, whylen));
+    /* the input, the output and the incoming gradient: darknet's side's
+     * storage itself where oneDNN works in its layout */
+    AMP_FORWARD_IF_ERROR(
+        amp_dnnl_mem_user_or_own(d, &d->x, MD(fpd, dnnl_query_src_md), &d->x_user, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(
+        amp_dnnl_mem_user_or_own(d, &d->y, MD(fpd, dnnl_query_dst_md), &d->y_user, e, why, whylen));
     AMP_FORWARD_IF_ERROR(
         amp_dnnl_mem_own(&d->w_fwd, MD(fpd, dnnl_query_weights_md), d, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(
-        amp_dnnl_mem_own(&d->dy_bw, MD(wpd, dnnl_query_diff_dst_md), d, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_user_or_own(d, &d->dy_bw, MD(wpd, dnnl_query_diff_dst_md),
+                                                  &d->dy_user, e, why, whylen));
     AMP_FORWARD_IF_ERROR(
         amp_dnnl_mem_own(&d->dw, MD(wpd, dnnl_query_diff_weights_md), d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->dx, MD(dpd, dnnl_query_diff_src_md), d, e, why, whylen));
@@ -37,10 +41,14 @@ static amp_status conv_memories(amp_dnnl_conv *d, dnnl_engine_t e, const dnnl_me
     AMP_FORWARD_IF_ERROR(
         amp_dnnl_mem_alias_or_own(&d->x_bw, &d->x, MD(wpd, dnnl_query_src_md), d, e, why, whylen));
 #undef MD
-    AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_x, &d->x_user, &d->x, 0, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_y, &d->y, &d->y_user, 0, e, why, whylen));
+    if (!amp_dnnl_is_user(d, &d->x))
+        AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_x, &d->x_user, &d->x, 0, e, why, whylen));
+    if (!amp_dnnl_is_user(d, &d->y))
+        AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_y, &d->y, &d->y_user, 0, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_w_fwd, &d->w_user, &d->w_fwd, 0, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_dy_bw, &d->dy_user, &d->dy_bw, 0, e, why, whylen));
+    if (!amp_dnnl_is_user(d, &d->dy_bw))
+        AMP_FORWARD_IF_ERROR(
+            amp_dnnl_reorder(&d->r_dy_bw, &d->dy_user, &d->dy_bw, 0, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_dw, &d->dw, &d->dw_user, 1, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_dx, &d->dx, &d->dx_user, 1, e, why, whylen));
     if (d->w_bwd.m != d->w_fwd.m)
@@ -138,8 +146,10 @@ amp_status amp_dnnl_conv_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l
     const int wnd = g > 1 ? 5 : 4;
     dnnl_memory_desc_t ux, uy, uw, ax, ay, aw, adw;
     const dnnl_data_type_t uin = amp_dnnl_user_type(d, 0), uout = amp_dnnl_user_type(d, 1);
-    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&ux, 4, xd, uin, dnnl_nchw)));
-    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&uy, 4, yd, uout, dnnl_nchw)));
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(
+        dnnl_memory_desc_init_by_tag(&ux, 4, xd, uin, amp_dnnl_user_tag(d, 0))));
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(
+        dnnl_memory_desc_init_by_tag(&uy, 4, yd, uout, amp_dnnl_user_tag(d, 1))));
     AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(
         &uw, wnd, g > 1 ? wgd : wd, f32, g > 1 ? dnnl_goihw : dnnl_oihw)));
     amp_dnnl_md_any(&ax, 4, xd, dt);
@@ -171,9 +181,28 @@ amp_status amp_dnnl_gemm_layer_build(amp_dnnl_conv *d, dnnl_engine_t e, const la
                                      size_t whylen)
 {
     const dnnl_data_type_t dt = d->dt, f32 = dnnl_f32;
-    const int ip = l->type == CONNECTED, nd = ip ? 2 : 4;
+    const dnnl_data_type_t uin = amp_dnnl_user_type(d, 0), uout = amp_dnnl_user_type(d, 1);
+    const int ip = l->type == CONNECTED;
+    int nd = ip ? 2 : 4, ynd = nd;
     dnnl_dims_t xd = {l->batch, l->inputs}, yd = {l->batch, l->outputs};
     dnnl_dims_t wd = {l->outputs, l->inputs};
+    dnnl_format_tag_t tx = ip ? dnnl_nc : amp_dnnl_user_tag(d, 0), tw = ip ? dnnl_oi : dnnl_iohw;
+    const amp_layer *al = l->hook_data;
+    if (ip && uin != f32 && al && al->index > 0) {
+        /* a half input is the previous layer's NHWC tensor: darknet's weights
+         * read it in CHW order, so the inner product takes it as 4-D, the
+         * weights as OIHW */
+        const layer *p = &al->owner->net->layers[al->index - 1];
+        if ((long)p->out_c * p->out_h * p->out_w == l->inputs && p->out_h * p->out_w > 1) {
+            const dnnl_dims_t x4 = {l->batch, p->out_c, p->out_h, p->out_w};
+            const dnnl_dims_t w4 = {l->outputs, p->out_c, p->out_h, p->out_w};
+            memcpy(xd, x4, sizeof xd);
+            memcpy(wd, w4, sizeof wd);
+            nd = 4;
+            tx = dnnl_nhwc;
+            tw = dnnl_oihw;
+        }
+    }
     if (!ip) {
         const dnnl_dims_t x4 = {l->batch, l->c, l->h, l->w};
         const dnnl_dims_t y4 = {l->batch, l->n, l->out_h, l->out_w};
@@ -183,15 +212,12 @@ amp_status amp_dnnl_gemm_layer_build(amp_dnnl_conv *d, dnnl_engine_t e, const la
         memcpy(wd, w4, sizeof wd);
     }
     dnnl_memory_desc_t ux, uy, uw, ax, ay, aw, adw;
-    const dnnl_data_type_t uin = amp_dnnl_user_type(d, 0), uout = amp_dnnl_user_type(d, 1);
-    AMP_FORWARD_IF_ERROR(
-        AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&ux, nd, xd, uin, ip ? dnnl_nc : dnnl_nchw)));
-    AMP_FORWARD_IF_ERROR(
-        AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&uy, nd, yd, uout, ip ? dnnl_nc : dnnl_nchw)));
-    AMP_FORWARD_IF_ERROR(
-        AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&uw, nd, wd, f32, ip ? dnnl_oi : dnnl_iohw)));
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&ux, nd, xd, uin, tx)));
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(
+        &uy, ynd, yd, uout, ip ? dnnl_nc : amp_dnnl_user_tag(d, 1))));
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&uw, nd, wd, f32, tw)));
     amp_dnnl_md_any(&ax, nd, xd, dt);
-    amp_dnnl_md_any(&ay, nd, yd, dt);
+    amp_dnnl_md_any(&ay, ynd, yd, dt);
     amp_dnnl_md_any(&aw, nd, wd, dt);
     amp_dnnl_md_any(&adw, nd, wd, dt); /* the weight gradient in the half dtype, as a GPU */
 

@@ -53,20 +53,29 @@ static amp_status mm_parts(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, ch
     const dnnl_dims_t wd = {l->n, l->c, l->size, l->size};
     const dnnl_dims_t pk = {P, K}, pn = {P, N}, nk = {N, K};
     dnnl_memory_desc_t ux, uy, uw;
-    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(
-        dnnl_memory_desc_init_by_tag(&ux, 4, xd, amp_dnnl_user_type(d, 0), dnnl_nchw)));
-    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(
-        dnnl_memory_desc_init_by_tag(&uy, 4, yd, amp_dnnl_user_type(d, 1), dnnl_nchw)));
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(
+        &ux, 4, xd, amp_dnnl_user_type(d, 0), amp_dnnl_user_tag(d, 0))));
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(
+        &uy, 4, yd, amp_dnnl_user_type(d, 1), amp_dnnl_user_tag(d, 1))));
     AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&uw, 4, wd, f32, dnnl_oihw)));
     dmem *users[] = {&d->x_user, &d->y_user, &d->w_user, &d->dy_user, &d->dw_user, &d->dx_user};
     const dnnl_memory_desc_t *umd[] = {&ux, &uy, &uw, &uy, &uw, &ux};
     for (int i = 0; i < 6; ++i)
         AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(users[i], umd[i], e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->x, 4, xd, dt, dnnl_nhwc, d, e, why, whylen));
+    /* the input, the incoming gradient and the output (P x N is NHWC): the
+     * plan's half tensors themselves where the dtypes agree */
+    dnnl_memory_desc_t x4, y4, ypn;
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&x4, 4, xd, dt, dnnl_nhwc)));
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&y4, 4, yd, dt, dnnl_nhwc)));
+    AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&ypn, 2, pn, dt, dnnl_ab)));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_user_or_own(d, &d->x, &x4, &d->x_user, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->w_fwd, 4, wd, dt, dnnl_oihw, d, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->dy_bw, 4, yd, dt, dnnl_nhwc, d, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_user_or_own(d, &d->dy_bw, &y4, &d->dy_user, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&m->col, 2, pk, dt, dnnl_ab, d, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->y, 2, pn, dt, dnnl_ab, d, e, why, whylen));
+    if (dnnl_memory_desc_equal(&y4, &d->y_user.md))
+        AMP_FORWARD_IF_ERROR(amp_dnnl_mem_user(d, &d->y, &ypn, e, why, whylen));
+    else
+        AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->y, &ypn, d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->dw, 2, nk, dt, dnnl_ab, d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&m->dcol, 2, pk, f32, dnnl_ab, d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&m->dxa, 4, xd, f32, dnnl_nhwc, d, e, why, whylen));
@@ -84,10 +93,14 @@ static amp_status mm_parts(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, ch
     AMP_FORWARD_IF_ERROR(
         matmul(&d->bwd_weights, d->impl[2], &m->dy_t, &m->col, &d->dw, e, why, whylen));
     const dmem *dx = dt != f32 ? &m->dxh : &m->dxa; /* the rounded data gradient */
-    AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_x, &d->x_user, &d->x, 0, e, why, whylen));
+    if (!amp_dnnl_is_user(d, &d->x))
+        AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_x, &d->x_user, &d->x, 0, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_w_fwd, &d->w_user, &d->w_fwd, 0, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_y, &m->y4, &d->y_user, 0, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_dy_bw, &d->dy_user, &d->dy_bw, 0, e, why, whylen));
+    if (!amp_dnnl_is_user(d, &d->y))
+        AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_y, &m->y4, &d->y_user, 0, e, why, whylen));
+    if (!amp_dnnl_is_user(d, &d->dy_bw))
+        AMP_FORWARD_IF_ERROR(
+            amp_dnnl_reorder(&d->r_dy_bw, &d->dy_user, &d->dy_bw, 0, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_dw, &m->dw4, &d->dw_user, 1, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_reorder(&d->r_dx, dx, &d->dx_user, 1, e, why, whylen));
     if (dt != f32)

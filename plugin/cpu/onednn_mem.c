@@ -149,17 +149,18 @@ static size_t share_bytes(const amp_dnnl_conv *d, int data_grad)
 }
 
 /* A slot of d's arena share for m: at the next 64-byte boundary of its
- * group's part, or on owner. */
-static amp_status add_slot(amp_dnnl_conv *d, dmem *m, const dmem *owner, char *why, size_t whylen)
+ * group's part, or on owner; or (user) on darknet's side's storage. */
+static amp_status add_slot(amp_dnnl_conv *d, dmem *m, const dmem *owner, int user, char *why,
+                           size_t whylen)
 {
     AMP_RETURN_ERROR_IF(d->nslots == AMP_DNNL_SLOTS, AMP_ERR_INVALID, why, whylen,
                         "more than %d arena memories", AMP_DNNL_SLOTS);
     amp_dnnl_slot *s = &d->slot[d->nslots++];
     s->mem = (size_t)((const char *)m - (const char *)d);
     s->owner = owner ? (long)((const char *)owner - (const char *)d) : -1;
-    s->group = group_of(d, m);
+    s->group = user ? AMP_DNNL_USER : group_of(d, m);
     s->offset = 0;
-    if (!owner) {
+    if (!owner && !user) {
         s->offset = align64(d->group_bytes[s->group]);
         d->group_bytes[s->group] = s->offset + dnnl_memory_desc_get_size(&m->md);
     }
@@ -172,7 +173,7 @@ amp_status amp_dnnl_mem_own(dmem *m, const dnnl_memory_desc_t *md, amp_dnnl_conv
     m->md = *md;
     AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(
         dnnl_memory_create(&m->m, md, e, arena ? DNNL_MEMORY_NONE : DNNL_MEMORY_ALLOCATE)));
-    return arena ? add_slot(arena, m, NULL, why, whylen) : AMP_OK;
+    return arena ? add_slot(arena, m, NULL, 0, why, whylen) : AMP_OK;
 }
 
 static dmem *slot_mem(amp_dnnl_conv *d, size_t off)
@@ -194,12 +195,46 @@ amp_status amp_dnnl_bind(amp_layer *al, amp_dnnl_conv *d, int data_grad)
         return AMP_ERR_NOMEM;
     for (int i = 0; i < d->nslots; ++i) { /* owners come before their views */
         const amp_dnnl_slot *s = &d->slot[i];
+        if (s->group == AMP_DNNL_USER) continue; /* amp_dnnl_bind_user's */
         if (s->group == AMP_DNNL_DATA_GRAD && !data_grad) continue;
         void *p = s->owner >= 0 ? amp_dnnl_data_of(slot_mem(d, (size_t)s->owner))
                                 : (char *)cn->arena + group_base(d, s->group) + s->offset;
         if (dnnl_memory_set_data_handle(slot_mem(d, s->mem)->m, p) != dnnl_success)
             return AMP_ERR_DEVICE;
     }
+    return AMP_OK;
+}
+
+amp_status amp_dnnl_mem_user(amp_dnnl_conv *d, dmem *m, const dnnl_memory_desc_t *md,
+                             dnnl_engine_t e, char *why, size_t whylen)
+{
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(m, md, e, why, whylen));
+    return add_slot(d, m, NULL, 1, why, whylen);
+}
+
+amp_status amp_dnnl_mem_user_or_own(amp_dnnl_conv *d, dmem *m, const dnnl_memory_desc_t *md,
+                                    const dmem *user, dnnl_engine_t e, char *why, size_t whylen)
+{
+    if (!dnnl_memory_desc_equal(&user->md, md)) return amp_dnnl_mem_own(m, md, d, e, why, whylen);
+    return amp_dnnl_mem_user(d, m, md, e, why, whylen);
+}
+
+int amp_dnnl_is_user(const amp_dnnl_conv *d, const dmem *m)
+{
+    for (int i = 0; i < d->nslots; ++i)
+        if ((const char *)d + d->slot[i].mem == (const char *)m)
+            return d->slot[i].group == AMP_DNNL_USER;
+    return 0;
+}
+
+amp_status amp_dnnl_bind_user(amp_dnnl_conv *d, dmem *m, void *p)
+{
+    const long at = (long)((const char *)m - (const char *)d);
+    if (dnnl_memory_set_data_handle(m->m, p) != dnnl_success) return AMP_ERR_DEVICE;
+    for (int i = 0; i < d->nslots; ++i)
+        if (d->slot[i].owner == at &&
+            dnnl_memory_set_data_handle(slot_mem(d, d->slot[i].mem)->m, p) != dnnl_success)
+            return AMP_ERR_DEVICE;
     return AMP_OK;
 }
 
@@ -292,7 +327,7 @@ amp_status amp_dnnl_mem_view_on(amp_dnnl_conv *d, dmem *m, const dnnl_memory_des
                                 const dmem *owner, dnnl_engine_t e, char *why, size_t whylen)
 {
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(m, md, e, why, whylen));
-    if (in_arena(d, owner)) return add_slot(d, m, owner, why, whylen);
+    if (in_arena(d, owner)) return add_slot(d, m, owner, 0, why, whylen);
     return AMP_DNNL_CHECK(dnnl_memory_set_data_handle(m->m, amp_dnnl_data_of(owner)));
 }
 
@@ -354,6 +389,11 @@ dnnl_data_type_t amp_dnnl_user_type(const amp_dnnl_conv *d, int out)
     return t == dnnl_data_type_undef ? dnnl_f32 : t;
 }
 
+dnnl_format_tag_t amp_dnnl_user_tag(const amp_dnnl_conv *d, int out)
+{
+    return amp_dnnl_user_type(d, out) == dnnl_f32 ? dnnl_nchw : dnnl_nhwc;
+}
+
 /* The float32 images one transfer moves at a time: as many as fit in this
  * many bytes (and divide the batch), at least one. Fewer, larger reorders
  * cost less per value; the staging buffer stays small beside the tensors. */
@@ -390,9 +430,10 @@ amp_status amp_dnnl_images_build(amp_dnnl_conv *d, dnnl_engine_t e, const dnnl_m
         while (k > 1 && ((size_t)k * per > AMP_DNNL_IMAGES_BYTES || batch % k)) --k;
         dnnl_memory_desc_t part, img;
         if (!some_images(&internal[t]->md, k, &part)) continue;
+        /* the plan's layout, in float32 */
         AMP_FORWARD_IF_ERROR(AMP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(
             &img, u->ndims, (dnnl_dims_t){k, u->dims[1], u->dims[2], u->dims[3]}, dnnl_f32,
-            u->ndims == 2 ? dnnl_nc : dnnl_nchw)));
+            u->ndims == 2 ? dnnl_nc : dnnl_nhwc)));
         amp_dnnl_image *im = &d->image[t];
         AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(&im->img, &img, e, why, whylen));
         AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(&im->part, &part, e, why, whylen));

@@ -31,13 +31,16 @@ static void amp_dnnl_round_half(amp_layer *al, const amp_dnnl_conv *d, amp_round
 
 /* darknet's side into oneDNN's layout (the input, an incoming gradient), or
  * back (the output; the data gradient, added): reorder r, or a few images at
- * a time through a float32 buffer where d has one (amp_dnnl_image). */
+ * a time through a float32 buffer where d has one (amp_dnnl_image); no
+ * reorder (r NULL) where oneDNN works on darknet's side's storage itself. */
 static amp_status transfer(amp_layer *al, amp_dnnl_conv *d, amp_dnnl_transfer t,
                            dnnl_primitive_t r, const dmem *src, const dmem *dst)
 {
     const amp_dnnl_image *im = &d->image[t];
-    if (!im->r) return amp_dnnl_run_reorder(al, r, src, dst);
     const int to_oneDNN = t != AMP_T_Y && t != AMP_T_DX;
+    if (!r && !im->r) /* (the output's storage was given before the forward) */
+        return to_oneDNN ? amp_dnnl_bind_user(d, (dmem *)dst, amp_dnnl_data_of(src)) : AMP_OK;
+    if (!im->r) return amp_dnnl_run_reorder(al, r, src, dst);
     const dmem *user = to_oneDNN ? src : dst, *inner = to_oneDNN ? dst : src;
     uint16_t *u = amp_dnnl_data_of(user);
     char *base = amp_dnnl_data_of(inner);
@@ -92,6 +95,7 @@ amp_status amp_dnnl_forward_core(amp_layer *al, amp_dnnl_conv *d, const layer *l
     AMP_FORWARD_IF_ERROR(amp_dnnl_bind(al, d, 0));
     d->w_fwd_version = d->w_bwd_version = 0; /* in the arena: made again in each pass */
     amp_dnnl_set(&d->y_user, l->output);
+    if (amp_dnnl_is_user(d, &d->y)) AMP_FORWARD_IF_ERROR(amp_dnnl_bind_user(d, &d->y, l->output));
     AMP_FORWARD_IF_ERROR(weights_for(al, d, l, d->r_w_fwd, &d->w_fwd, &d->w_fwd_version));
     AMP_FORWARD_IF_ERROR(input_for(al, d, input));
     dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, d->matmul ? d->mm.col.m : d->x.m},

@@ -305,3 +305,73 @@ void amp_cpu_add_half(amp_dtype dtype, uint16_t *h, const float *add, size_t n)
 {
     (void)convert(amp_cpu_isa_used(), ADD_INTO_HALF, dtype, add, NULL, h, n);
 }
+
+/* ---- The same between darknet's NCHW float32 and the plan's NHWC storage ----
+ *
+ * A half tensor of the plan is stored channels last (storage.c): image b,
+ * position p, channel c at (b * hw + p) * c_n + c. The emulation and the
+ * layers that run darknet's own float32 code read and write NCHW; these
+ * convert and transpose in one pass, a tile of positions at a time so that
+ * both sides stay in cache. Same values, bit for bit, as the untransposed
+ * conversions above (half_format.h's). */
+
+#define NHWC_TILE 16
+
+static inline float half_to_f32(int bf, uint16_t h)
+{
+    return bf ? amp_bf16_to_f32(h) : amp_f16_to_f32(h);
+}
+
+static inline uint16_t f32_to_half(int bf, float x)
+{
+    return bf ? amp_f32_to_bf16(x) : amp_f32_to_f16(x);
+}
+
+/* One tile: positions [p0, p1) of image b, every channel. */
+static inline void nhwc_tile(convert_op op, int bf, const float *f, float *fout, uint16_t *h,
+                             int b, int c_n, int hw, int p0, int p1)
+{
+    for (int c = 0; c < c_n; ++c) {
+        const size_t nchw = ((size_t)b * c_n + c) * hw;
+        for (int p = p0; p < p1; ++p) {
+            uint16_t *hp = h + ((size_t)b * hw + p) * c_n + c;
+            switch (op) {
+            case TO_HALF: *hp = f32_to_half(bf, f[nchw + p]); break;
+            case FROM_HALF: fout[nchw + p] = half_to_f32(bf, *hp); break;
+            case ADD_INTO_HALF: *hp = f32_to_half(bf, half_to_f32(bf, *hp) + f[nchw + p]); break;
+            }
+        }
+    }
+}
+
+static void convert_nhwc(convert_op op, amp_dtype dtype, const float *f, float *fout, uint16_t *h,
+                         int batch, int c_n, int hw)
+{
+    const int bf = dtype == AMP_DTYPE_BFLOAT16, tiles = (hw + NHWC_TILE - 1) / NHWC_TILE;
+    const long n = (long)batch * tiles;
+#pragma omp parallel for schedule(static) if ((size_t)batch * c_n * hw >= ROUND_PARALLEL_MIN)
+    for (long k = 0; k < n; ++k) {
+        const int b = (int)(k / tiles), p0 = (int)(k % tiles) * NHWC_TILE;
+        const int p1 = p0 + NHWC_TILE < hw ? p0 + NHWC_TILE : hw;
+        if (bf) nhwc_tile(op, 1, f, fout, h, b, c_n, hw, p0, p1);
+        else nhwc_tile(op, 0, f, fout, h, b, c_n, hw, p0, p1);
+    }
+}
+
+void amp_cpu_to_half_nhwc(amp_dtype dtype, const float *src, uint16_t *dst, int batch, int c,
+                          int hw)
+{
+    convert_nhwc(TO_HALF, dtype, src, NULL, dst, batch, c, hw);
+}
+
+void amp_cpu_from_half_nhwc(amp_dtype dtype, const uint16_t *src, float *dst, int batch, int c,
+                            int hw)
+{
+    convert_nhwc(FROM_HALF, dtype, NULL, dst, (uint16_t *)src, batch, c, hw);
+}
+
+void amp_cpu_add_half_nhwc(amp_dtype dtype, uint16_t *h, const float *add, int batch, int c,
+                           int hw)
+{
+    convert_nhwc(ADD_INTO_HALF, dtype, add, NULL, h, batch, c, hw);
+}

@@ -1,7 +1,14 @@
 /* The activation plan on the CPU (plan.c decides it; this carries it out):
  * the tensors the plan keeps in half are arrays of 16-bit patterns of the
- * half dtype in darknet's NCHW order, and darknet's float32 arrays for them
- * are freed.
+ * half dtype, channels last (NHWC: image, row, column, channel), and
+ * darknet's float32 arrays for them are freed.
+ *
+ * Channels last because it is the layout oneDNN's half convolutions work in
+ * (bfloat16 with AVX512-BF16 or AMX: its src and dst are NHWC for every
+ * shape of yolov3-tiny), so that a convolution reads its input and writes
+ * its output in place, with no reorder, and the tails, pooling and routes
+ * run over a position's contiguous channels (docs/design.md has the
+ * measurement against darknet's NCHW order).
  *
  * - A layer's output in half is darknet's own l.output pointer, shrunk to 2
  *   bytes an element: forward_network hands it to the next layer as
@@ -12,12 +19,13 @@
  * - A half layer's batch-norm input (x_half) is cpu_layer.x_h; darknet's x
  *   and x_norm are freed (tail.c keeps x in half and makes x_norm again).
  *
- * A half layer (convolutional, deconvolutional, connected) runs its own
- * forward and backward (oneDNN's or the emulation's) inside the plan's:
- * a half input is widened to float32 into a buffer the network shares, its
- * float32 result goes through the tail straight into half storage, and its
- * data gradient is added into the half delta of the layer before it, the sum
- * in float32, rounded once. The data-movement layers' half forms are in
+ * A half layer (convolutional, deconvolutional, connected) on oneDNN reads
+ * and writes the half tensors itself. Otherwise (the emulation, or a shape
+ * oneDNN cannot run) it runs its own float32 forward and backward inside the
+ * plan's: a half input is widened to float32 NCHW into a buffer the network
+ * shares, its float32 result goes through the tail into half storage, and
+ * its data gradient is added into the half delta of the layer before it, the
+ * sum in float32, rounded once. The data-movement layers' half forms are in
  * movement.c and maxpool.c.
  *
  * darknet's resize_network (random=1) makes every array again in float32;
@@ -68,6 +76,17 @@ int amp_cpu_grow_mapped(void **p, size_t *bytes, size_t need)
     *p = q;
     *bytes = need;
     return 0;
+}
+
+void amp_cpu_tensor_shape(const network *net, int i, int *c, int *hw)
+{
+    const layer *l = &net->layers[i];
+    *c = l->out_c;
+    *hw = l->out_h * l->out_w;
+    if (*c <= 0 || *hw <= 0 || (long)*c * *hw != l->outputs) { /* no spatial shape */
+        *c = l->outputs;
+        *hw = 1;
+    }
 }
 
 uint16_t *amp_cpu_half_delta(const amp_net *an, int i)
@@ -144,19 +163,25 @@ static void native_backward(amp_layer *al, cpu_layer *c, layer l, network net)
 /* Otherwise (the emulation, or a layer oneDNN could not run this time): the
  * layer's own float32 code between conversions, its output and delta staged
  * in buffers the network shares. */
+
+/* The half input (the previous layer's NHWC output) in float32 NCHW. */
+static float *input_f32(const amp_layer *al, const layer *l, const float *input)
+{
+    int c, hw;
+    amp_cpu_tensor_shape(al->owner->net, al->index - 1, &c, &hw);
+    float *in = amp_cpu_reserve(&cpu_net_of(al->owner)->in32, (size_t)l->inputs * l->batch);
+    amp_cpu_from_half_nhwc(dtype_of(al), (const uint16_t *)input, in, l->batch, c, hw);
+    return in;
+}
+
 static void converts_forward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
     cpu_layer *c = cpu_layer_of(al);
     if (c->runner == AMP_CPU_RUNS_ONEDNN && native_forward(al, c, l, net) == AMP_OK) return;
     cpu_net *cn = cpu_net_of(al->owner);
-    const amp_dtype dt = dtype_of(al);
-    const size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
-    if (input_half(al)) {
-        float *in = amp_cpu_reserve(&cn->in32, nin);
-        amp_cpu_from_half(dt, (const uint16_t *)net.input, in, nin);
-        net.input = in;
-    }
+    const size_t nout = (size_t)l.outputs * l.batch;
+    if (input_half(al)) net.input = input_f32(al, &l, net.input);
     c->tail = tail_base(al, c);
     if (al->out_half) {
         c->tail.y = (uint16_t *)l.output;
@@ -180,15 +205,23 @@ static void converts_backward(layer l, network net)
     amp_cpu_deltas_begin(al->owner, al->index);
     c->tail = tail_base(al, c);
     if (al->out_half) {
+        /* the tail on half storage first, as on oneDNN: the delta then holds the
+         * gradient it made (rounded to half: the value the layer's GEMMs use), and
+         * the layer's own backward skips its tail */
         c->tail.y = (uint16_t *)l.output;
+        c->tail.dh = c->delta_h;
+        c->tail.nonzero = &cn->grad_nonzero;
+        c->tail.flushed = &cn->grad_flushed;
+        amp_tail_backward_nhwc(l, net, l.out_c, l.out_h * l.out_w, &c->tail);
+        c->tail.done = 1;
         l.delta = amp_cpu_reserve(&cn->out32, nout);
-        amp_cpu_from_half(dt, c->delta_h, l.delta, nout);
+        amp_cpu_from_half_nhwc(dt, c->delta_h, l.delta, l.batch, l.out_c, l.out_h * l.out_w);
     }
     uint16_t *prev_delta = NULL;
+    int pc = 0, phw = 0;
     if (input_half(al)) {
-        float *in = amp_cpu_reserve(&cn->in32, nin);
-        amp_cpu_from_half(dt, (const uint16_t *)net.input, in, nin);
-        net.input = in;
+        net.input = input_f32(al, &l, net.input);
+        amp_cpu_tensor_shape(al->owner->net, al->index - 1, &pc, &phw);
         prev_delta = amp_cpu_half_delta(al->owner, al->index - 1);
         net.delta = NULL;
         if (prev_delta) {
@@ -197,11 +230,7 @@ static void converts_backward(layer l, network net)
         }
     }
     c->inner_backward(l, net);
-    /* darknet leaves a layer's delta holding the gradient its backward made
-     * of it (through the activation and batch-norm): so does the plan, in half
-     * (the value its GEMMs used) */
-    if (al->out_half) amp_cpu_to_half(dt, l.delta, c->delta_h, nout);
-    if (prev_delta) amp_cpu_add_half(dt, prev_delta, net.delta, nin);
+    if (prev_delta) amp_cpu_add_half_nhwc(dt, prev_delta, net.delta, l.batch, pc, phw);
     c->tail = (amp_tail_half){0};
 }
 

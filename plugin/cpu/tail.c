@@ -19,6 +19,12 @@
  * needs none: darknet's CPU backward already uses var + 1e-5, and with the
  * biased variance it is the exact gradient of cuDNN's forward.
  *
+ * On the activation plan's half storage a layer's output, its delta and its
+ * batch-norm input are NHWC half tensors: tail_nhwc.c runs the tail there.
+ * This file runs it on darknet's float32 NCHW arrays (a layer whose output
+ * stays float32, keeping its batch-norm input in half NCHW where the plan
+ * says x_half), and hands the rest over.
+ *
  * The per-channel work is compiled for AVX-512, AVX2 and baseline x86-64, one
  * chosen per process (isa.c: the CPU's widest, or DARKNET_AMP_MAX_CPU_ISA's
  * cap): the library is built for any x86-64, which alone would give these
@@ -109,9 +115,8 @@ TAIL_INLINE const float *load_half(float *buf, const uint16_t *h, int size, int 
 }
 
 /* One channel f of a tail's values, image b's slice at y + b * bs: darknet's
- * l.output (bs = n * size), or a buffer the channel was gathered into from
- * half storage (bs = size). Storage offsets (half arrays, darknet's x and
- * x_norm) are o0 + b * ns: f * size and n * size. */
+ * l.output (bs = n * size). Storage offsets (the half batch-norm input,
+ * darknet's x and x_norm) are o0 + b * ns: f * size and n * size. */
 typedef struct tail_chan {
     float *y;
     long bs, o0, ns;
@@ -122,21 +127,16 @@ static inline long slice(const tail_chan *c, int b)
     return c->o0 + (long)b * c->ns;
 }
 
-/* Channel f without batch-norm: bias and activation (the output stored in
- * half where th->y). */
-TAIL_INLINE void forward_bias(const layer *l, const amp_tail_half *th, int f, const tail_chan *c,
-                              int size)
+/* Channel f without batch-norm: bias and activation. */
+TAIL_INLINE void forward_bias(const layer *l, int f, const tail_chan *c, int size)
 {
-    for (int b = 0; b < l->batch; ++b) {
-        float *p = c->y + b * c->bs;
-        activate_slice(p, size, 1, l->biases[f], l->activation);
-        if (th->y) store_half(th->y + slice(c, b), p, size, th->bf16);
-    }
+    for (int b = 0; b < l->batch; ++b)
+        activate_slice(c->y + b * c->bs, size, 1, l->biases[f], l->activation);
 }
 
 /* Channel f with batch-norm: statistics (training), normalisation, scale,
  * bias and activation. x, the values normalised: darknet's l->x (and x_norm),
- * or half storage (th->x: written here unless the values came from there). */
+ * or half storage (th->x, written here). */
 TAIL_INLINE void forward_norm(const layer *l, const amp_tail_half *th, int train, int f,
                               const tail_chan *c, int size, int cudnn)
 {
@@ -175,7 +175,7 @@ TAIL_INLINE void forward_norm(const layer *l, const amp_tail_half *th, int train
         float *p = c->y + b * c->bs;
         if (th->x) { /* the input kept in half (exact: it is the half-rounded convolution);
                         the backward makes the normalised values again */
-            if (!th->from_half) store_half(th->x + o, p, size, th->bf16);
+            store_half(th->x + o, p, size, th->bf16);
 #pragma omp simd
             for (int i = 0; i < size; ++i) p[i] = (p[i] - mean) / den;
         } else if (train) { /* one pass: the input kept, normalised, normalised kept */
@@ -192,13 +192,12 @@ TAIL_INLINE void forward_norm(const layer *l, const amp_tail_half *th, int train
             for (int i = 0; i < size; ++i) p[i] = (p[i] - mean) / den;
         }
         activate_slice(p, size, sc, bi, l->activation);
-        if (th->y) store_half(th->y + o, p, size, th->bf16);
     }
 }
 
 /* One channel's incoming gradient d (image b's slice at d + b * bs: darknet's
- * l.delta, or gathered from th->delta) and where the slices of the output y
- * and of the batch-norm input x are read from (half storage into buf). */
+ * l.delta) and where the slices of the batch-norm input x are read from (half
+ * storage into buf). */
 typedef struct tail_grad {
     float *d;
     long bs, o0, ns;
@@ -210,13 +209,6 @@ static inline long gslice(const tail_grad *g, int b)
     return g->o0 + (long)b * g->ns;
 }
 
-TAIL_INLINE const float *output_of(const layer *l, const amp_tail_half *th, const tail_grad *g,
-                                   int b, int size)
-{
-    const long o = gslice(g, b);
-    return th->y ? load_half(g->buf, th->y + o, size, th->bf16) : l->output + o;
-}
-
 TAIL_INLINE const float *input_of(const layer *l, const amp_tail_half *th, const tail_grad *g,
                                   int b, int size)
 {
@@ -225,12 +217,11 @@ TAIL_INLINE const float *input_of(const layer *l, const amp_tail_half *th, const
 }
 
 /* Channel f without batch-norm: the activation's gradient and the bias's. */
-TAIL_INLINE void backward_bias(const layer *l, const amp_tail_half *th, int f, const tail_grad *g,
-                               int size)
+TAIL_INLINE void backward_bias(const layer *l, int f, const tail_grad *g, int size)
 {
     for (int b = 0; b < l->batch; ++b) { /* added per image, as darknet does */
         float *d = g->d + b * g->bs;
-        gradient_slice(d, output_of(l, th, g, b, size), size, l->activation);
+        gradient_slice(d, l->output + gslice(g, b), size, l->activation);
         float s = 0;
 #pragma omp simd reduction(+ : s)
         for (int i = 0; i < size; ++i) s += d[i];
@@ -252,7 +243,7 @@ TAIL_INLINE void backward_norm(const layer *l, const amp_tail_half *th, const fl
     float ss = 0;
     for (int b = 0; b < batch; ++b) {
         float *d = g->d + b * g->bs;
-        gradient_slice(d, output_of(l, th, g, b, size), size, l->activation);
+        gradient_slice(d, l->output + gslice(g, b), size, l->activation);
         float s = 0;
         if (th->x) {
             const float *x = input_of(l, th, g, b, size);
@@ -301,60 +292,27 @@ TAIL_INLINE void backward_norm(const layer *l, const amp_tail_half *th, const fl
 
 /* The four per-channel functions for one instruction set. */
 typedef struct tail_kernels {
-    void (*forward_bias)(const layer *l, const amp_tail_half *th, int f, const tail_chan *c,
-                         int size);
+    void (*forward_bias)(const layer *l, int f, const tail_chan *c, int size);
     void (*forward_norm)(const layer *l, const amp_tail_half *th, int train, int f,
                          const tail_chan *c, int size, int cudnn);
-    void (*backward_bias)(const layer *l, const amp_tail_half *th, int f, const tail_grad *g,
-                          int size);
+    void (*backward_bias)(const layer *l, int f, const tail_grad *g, int size);
     void (*backward_norm)(const layer *l, const amp_tail_half *th, const float *mean,
                           const float *variance, int f, const tail_grad *g, int size, int cudnn);
-    void (*gather)(float *dst, const uint16_t *src, int batch, long ns, int size, int bf16);
-    void (*scatter)(uint16_t *dst, const float *src, int batch, long ns, int size, int bf16,
-                    unsigned long long *nonzero, unsigned long long *flushed);
 } tail_kernels;
 
-/* A channel's batch slices from half storage (each ns apart) into dst, one
- * after another; and back, counting the nonzero values and those the
- * rounding made zero (amp_network_flushed). */
-TAIL_INLINE void gather(float *dst, const uint16_t *src, int batch, long ns, int size, int bf16)
-{
-    for (int b = 0; b < batch; ++b) load_half(dst + (long)b * size, src + b * ns, size, bf16);
-}
-
-TAIL_INLINE void scatter(uint16_t *dst, const float *src, int batch, long ns, int size, int bf16,
-                         unsigned long long *nonzero, unsigned long long *flushed)
-{
-    unsigned long long nz = 0, fl = 0;
-    for (int b = 0; b < batch; ++b) {
-        const float *p = src + (long)b * size;
-        uint16_t *h = dst + b * ns;
-        store_half(h, p, size, bf16);
-#pragma omp simd reduction(+ : nz, fl)
-        for (int i = 0; i < size; ++i) {
-            nz += p[i] != 0.0f;
-            fl += p[i] != 0.0f && (h[i] & 0x7fffu) == 0;
-        }
-    }
-    *nonzero += nz;
-    *flushed += fl;
-}
-
 #define TAIL_VARIANTS(attr, isa)                                                                  \
-    attr static void forward_bias_##isa(const layer *l, const amp_tail_half *th, int f,           \
-                                        const tail_chan *c, int size)                             \
+    attr static void forward_bias_##isa(const layer *l, int f, const tail_chan *c, int size)      \
     {                                                                                             \
-        forward_bias(l, th, f, c, size);                                                          \
+        forward_bias(l, f, c, size);                                                              \
     }                                                                                             \
     attr static void forward_norm_##isa(const layer *l, const amp_tail_half *th, int train,       \
                                         int f, const tail_chan *c, int size, int cudnn)           \
     {                                                                                             \
         forward_norm(l, th, train, f, c, size, cudnn);                                            \
     }                                                                                             \
-    attr static void backward_bias_##isa(const layer *l, const amp_tail_half *th, int f,          \
-                                         const tail_grad *g, int size)                            \
+    attr static void backward_bias_##isa(const layer *l, int f, const tail_grad *g, int size)     \
     {                                                                                             \
-        backward_bias(l, th, f, g, size);                                                         \
+        backward_bias(l, f, g, size);                                                             \
     }                                                                                             \
     attr static void backward_norm_##isa(const layer *l, const amp_tail_half *th,                 \
                                          const float *mean, const float *variance, int f,         \
@@ -362,20 +320,8 @@ TAIL_INLINE void scatter(uint16_t *dst, const float *src, int batch, long ns, in
     {                                                                                             \
         backward_norm(l, th, mean, variance, f, g, size, cudnn);                                  \
     }                                                                                             \
-    attr static void gather_##isa(float *dst, const uint16_t *src, int batch, long ns, int size,  \
-                                  int bf16)                                                       \
-    {                                                                                             \
-        gather(dst, src, batch, ns, size, bf16);                                                  \
-    }                                                                                             \
-    attr static void scatter_##isa(uint16_t *dst, const float *src, int batch, long ns, int size, \
-                                   int bf16, unsigned long long *nonzero,                         \
-                                   unsigned long long *flushed)                                   \
-    {                                                                                             \
-        scatter(dst, src, batch, ns, size, bf16, nonzero, flushed);                               \
-    }                                                                                             \
-    static const tail_kernels tail_##isa = {forward_bias_##isa,  forward_norm_##isa,              \
-                                            backward_bias_##isa, backward_norm_##isa,             \
-                                            gather_##isa,        scatter_##isa};
+    static const tail_kernels tail_##isa = {forward_bias_##isa, forward_norm_##isa,               \
+                                            backward_bias_##isa, backward_norm_##isa};
 
 TAIL_VARIANTS(, sse2)
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -430,54 +376,47 @@ static float *thread_buffer(float *bufs, size_t n)
 
 void amp_tail_forward(layer l, network net, int nbias, int bias_size, amp_bn_formula bn)
 {
+    const amp_tail_half *th = half_of(&l);
+    if (th->y) { /* the output in half storage: NHWC */
+        if (!th->from_half) /* the half-rounded result in l.output (exact in half) */
+            amp_cpu_to_half_nhwc(th->bf16 ? AMP_DTYPE_BFLOAT16 : AMP_DTYPE_FLOAT16, l.output,
+                                 l.batch_normalize ? th->x : th->y, l.batch, nbias, bias_size);
+        amp_tail_forward_nhwc(l, net, nbias, bias_size, bn, th);
+        return;
+    }
     const int n = nbias, size = bias_size, train = net.train, cudnn = bn == AMP_BN_CUDNN;
     const long total = (long)l.batch * n * size, ns = (long)n * size;
     const tail_kernels *k = kernels();
-    const amp_tail_half *th = half_of(&l);
-    /* the values from half storage: the batch-norm input, else the output */
-    const uint16_t *src = !th->from_half ? NULL : l.batch_normalize ? th->x : th->y;
-    const size_t per = src ? (size_t)l.batch * size : 0;
-    float *bufs = thread_buffers(per);
 #pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
     for (int f = 0; f < n; ++f) {
         tail_chan c = {l.output + (long)f * size, ns, (long)f * size, ns};
-        if (src) {
-            c.y = thread_buffer(bufs, per);
-            c.bs = size;
-            k->gather(c.y, src + (long)f * size, l.batch, ns, size, th->bf16);
-        }
         if (l.batch_normalize) k->forward_norm(&l, th, train, f, &c, size, cudnn);
-        else k->forward_bias(&l, th, f, &c, size);
+        else k->forward_bias(&l, f, &c, size);
     }
-    free(bufs);
 }
 
 void amp_tail_backward(layer l, network net, int nbias, int bias_size)
 {
+    const amp_tail_half *th = half_of(&l);
+    if (th->done) return; /* ran already, on half storage (storage.c) */
+    if (th->dh) {
+        amp_tail_backward_nhwc(l, net, nbias, bias_size, th);
+        return;
+    }
     const tail_kernels *k = kernels();
     const int n = nbias, size = bias_size;
     const long total = (long)l.batch * n * size, ns = (long)n * size;
-    const amp_tail_half *th = half_of(&l);
     const float *mean = net.train ? l.mean : l.rolling_mean;
     const float *variance = net.train ? l.variance : l.rolling_variance;
-    /* per thread: a slice read from half storage, and the channel's gradient
-     * gathered from it (th->dh) */
-    const size_t per = (th->x || th->y ? (size_t)size : 0) + (th->dh ? (size_t)l.batch * size : 0);
+    /* per thread: a slice of the batch-norm input read from half storage */
+    const size_t per = th->x ? (size_t)size : 0;
     float *bufs = thread_buffers(per);
-    unsigned long long nz = 0, fl = 0;
-#pragma omp parallel for schedule(static) reduction(+ : nz, fl) if (total > AMP_TAIL_MIN_PARALLEL)
+#pragma omp parallel for schedule(static) if (total > AMP_TAIL_MIN_PARALLEL)
     for (int f = 0; f < n; ++f) {
-        float *buf = thread_buffer(bufs, per);
-        tail_grad g = {l.delta + (long)f * size, ns, (long)f * size, ns, buf};
-        if (th->dh) {
-            g.d = buf + (th->x || th->y ? size : 0);
-            g.bs = size;
-            k->gather(g.d, th->dh + (long)f * size, l.batch, ns, size, th->bf16);
-        }
+        tail_grad g = {l.delta + (long)f * size, ns, (long)f * size, ns,
+                       thread_buffer(bufs, per)};
         if (l.batch_normalize) k->backward_norm(&l, th, mean, variance, f, &g, size, th->cudnn);
-        else k->backward_bias(&l, th, f, &g, size);
-        if (th->dh) k->scatter(th->dh + (long)f * size, g.d, l.batch, ns, size, th->bf16, &nz, &fl);
+        else k->backward_bias(&l, f, &g, size);
     }
     free(bufs);
-    if (th->dh && th->nonzero) *th->nonzero += nz, *th->flushed += fl;
 }

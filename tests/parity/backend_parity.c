@@ -292,8 +292,8 @@ static void run(network *net, unsigned seed)
 }
 
 /* Layer i's output (or its delta) as float32: darknet's array, or the
- * activation plan's half storage widened into buf (outputs x batch floats);
- * NULL where the layer has none. */
+ * activation plan's half storage (NHWC) widened into buf in darknet's NCHW
+ * order (outputs x batch floats); NULL where the layer has none. */
 static const float *tensor(network *net, int i, int delta, float *buf)
 {
     layer *l = &net->layers[i];
@@ -301,7 +301,9 @@ static const float *tensor(network *net, int i, int delta, float *buf)
     if (an && an->layers[i].out_half) {
         const uint16_t *h = delta ? cpu_layer_of(&an->layers[i])->delta_h
                                   : (const uint16_t *)l->output;
-        amp_cpu_from_half(an->scaler->opt.dtype, h, buf, (size_t)l->outputs * l->batch);
+        int c, hw;
+        amp_cpu_tensor_shape(net, i, &c, &hw);
+        amp_cpu_from_half_nhwc(an->scaler->opt.dtype, h, buf, l->batch, c, hw);
         return buf;
     }
     return delta ? l->delta : l->output;

@@ -1,0 +1,490 @@
+/* A half layer's tail on the activation plan's half storage: batch-norm (or
+ * bias), the activation, and their gradients, reading and writing the
+ * layer's NHWC half tensors (storage.c) with float32 arithmetic, as a GPU's
+ * AMP runs cuDNN's batch-norm on half input into half output.
+ *
+ * Channels last, a position's channels are contiguous: every loop runs over
+ * the channels of one position at a time (vectorised), per-channel sums in a
+ * row of accumulators. No gathering of a channel's strided values into a
+ * float32 buffer and no scattering back, which the NCHW tail (tail.c) needs
+ * on half storage. The values are read from half storage at each pass
+ * instead of being kept in float32: three passes over 2-byte values cost
+ * less than one over a float32 copy.
+ *
+ * Sums over a channel (the statistics, the bias, scale, mean and variance
+ * gradients) are made per chunk of positions, in order, then the chunks' sums
+ * added in chunk order. The chunks depend on the tensor's shape only, so the
+ * results are the same on any number of threads (the NCHW tail's are too:
+ * one thread per channel), though not in darknet's order of additions: the
+ * half numerics' bounds tests hold them against darknet's float32.
+ *
+ * The formulas are darknet's forward_batchnorm_layer/backward_batchnorm_layer
+ * (or cuDNN's forward, amp_bn_formula), add_bias/backward_bias,
+ * activate_array/gradient_array: the same as tail.c's, with x_norm made again
+ * from the kept batch-norm input in the backward.
+ */
+#include "cpu.h"
+
+#include "math/half_format.h"
+
+#include "activations.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__)
+#define NHWC_INLINE static inline __attribute__((always_inline))
+#else
+#define NHWC_INLINE static inline
+#endif
+
+/* A chunk holds at least this many values, in whole positions, ... */
+#define NHWC_CHUNK_VALUES 4096
+/* ... and a tensor at most this many chunks (their per-channel sums are kept). */
+#define NHWC_MAX_CHUNKS 128
+/* Parallel only when there is enough work to pay for waking the threads. */
+#define NHWC_MIN_PARALLEL 16384
+
+/* Everything a pass reads: the tensor's shape, its storage and the
+ * per-channel values the pass needs. */
+typedef struct nhwc_job {
+    long positions; /* batch x out_h x out_w */
+    int c;          /* channels: the stride between positions */
+    long chunk;     /* positions per chunk */
+    int nchunks;
+    int bf16;
+    ACTIVATION act;
+    const uint16_t *x; /* the batch-norm input (without batch-norm: the output) */
+    uint16_t *y;       /* the output */
+    uint16_t *dh;      /* the gradient: read, and overwritten with the tail's */
+    /* per channel: forward mean, the forward's denominator, scale, bias; the
+     * backward's inverse deviation and its two correction terms */
+    const float *mean, *den, *scale, *bias, *inv, *kv, *km;
+} nhwc_job;
+
+NHWC_INLINE float ld(const uint16_t *h, long i, const int bf16)
+{
+    return bf16 ? amp_bf16_to_f32(h[i]) : amp_f16_to_f32(h[i]);
+}
+
+NHWC_INLINE uint16_t st(float v, const int bf16)
+{
+    return bf16 ? amp_f32_to_bf16(v) : amp_f32_to_f16(v);
+}
+
+/* act and act' (of the output) as darknet's; LINEAR and LEAKY, the common
+ * ones, inline so that the loops vectorise (the callers pass them as
+ * constants). */
+NHWC_INLINE float act_f(float v, const ACTIVATION a)
+{
+    return a == LINEAR ? v : a == LEAKY ? (v > 0 ? v : .1f * v) : activate(v, a);
+}
+
+NHWC_INLINE float act_g(float y, const ACTIVATION a)
+{
+    return a == LINEAR ? 1.f : a == LEAKY ? (y > 0 ? 1.f : .1f) : gradient(y, a);
+}
+
+/* ---- the passes over one chunk of positions [p0, p1) ---- */
+
+/* acc[c] += x */
+NHWC_INLINE void chunk_sum(const nhwc_job *j, long p0, long p1, float *acc, const int bf16)
+{
+    const int c_n = j->c;
+    for (long p = p0; p < p1; ++p) {
+        const uint16_t *x = j->x + p * c_n;
+#pragma omp simd
+        for (int c = 0; c < c_n; ++c) acc[c] += ld(x, c, bf16);
+    }
+}
+
+/* acc[c] += (x - mean)^2 */
+NHWC_INLINE void chunk_sqdev(const nhwc_job *j, long p0, long p1, float *acc, const int bf16)
+{
+    const int c_n = j->c;
+    const float *mean = j->mean;
+    for (long p = p0; p < p1; ++p) {
+        const uint16_t *x = j->x + p * c_n;
+#pragma omp simd
+        for (int c = 0; c < c_n; ++c) {
+            const float d = ld(x, c, bf16) - mean[c];
+            acc[c] += d * d;
+        }
+    }
+}
+
+/* y = act((x - mean) / den * scale + bias) */
+NHWC_INLINE void chunk_norm(const nhwc_job *j, long p0, long p1, const int bf16,
+                            const ACTIVATION a)
+{
+    const int c_n = j->c;
+    const float *mean = j->mean, *den = j->den, *sc = j->scale, *bi = j->bias;
+    for (long p = p0; p < p1; ++p) {
+        const uint16_t *x = j->x + p * c_n;
+        uint16_t *y = j->y + p * c_n;
+#pragma omp simd
+        for (int c = 0; c < c_n; ++c) {
+            const float v = (ld(x, c, bf16) - mean[c]) / den[c];
+            y[c] = st(act_f(v * sc[c] + bi[c], a), bf16);
+        }
+    }
+}
+
+/* y = act(x + bias) (x may be y itself) */
+NHWC_INLINE void chunk_bias(const nhwc_job *j, long p0, long p1, const int bf16,
+                            const ACTIVATION a)
+{
+    const int c_n = j->c;
+    const float *bi = j->bias;
+    for (long p = p0; p < p1; ++p) {
+        const uint16_t *x = j->x + p * c_n;
+        uint16_t *y = j->y + p * c_n;
+#pragma omp simd
+        for (int c = 0; c < c_n; ++c) y[c] = st(act_f(ld(x, c, bf16) + bi[c], a), bf16);
+    }
+}
+
+/* The backward's sums, d = dh act'(y): s = sum d, ss = sum d x_norm (x_norm
+ * made again: (x - mean) / den), md = sum d scale, vd = sum d scale (x - mean);
+ * acc holds the four rows one after another. */
+NHWC_INLINE void chunk_bwd_sums(const nhwc_job *j, long p0, long p1, float *acc, const int bf16,
+                                const ACTIVATION a)
+{
+    const int c_n = j->c;
+    const float *mean = j->mean, *den = j->den, *sc = j->scale;
+    float *s = acc, *ss = acc + c_n, *md = acc + 2 * c_n, *vd = acc + 3 * c_n;
+    for (long p = p0; p < p1; ++p) {
+        const uint16_t *x = j->x + p * c_n, *y = j->y + p * c_n, *dh = j->dh + p * c_n;
+#pragma omp simd
+        for (int c = 0; c < c_n; ++c) {
+            const float d = ld(dh, c, bf16) * act_g(ld(y, c, bf16), a);
+            const float xm = ld(x, c, bf16) - mean[c], dd = d * sc[c];
+            s[c] += d;
+            ss[c] += d * (xm / den[c]);
+            md[c] += dd;
+            vd[c] += dd * xm;
+        }
+    }
+}
+
+/* dh = half(d scale inv + kv (x - mean) + km), counting the rounding's flushes. */
+NHWC_INLINE void chunk_bwd_dx(const nhwc_job *j, long p0, long p1, unsigned long long *nz,
+                              unsigned long long *fl, const int bf16, const ACTIVATION a)
+{
+    const int c_n = j->c;
+    const float *mean = j->mean, *sc = j->scale, *inv = j->inv, *kv = j->kv, *km = j->km;
+    unsigned long long n0 = 0, f0 = 0;
+    for (long p = p0; p < p1; ++p) {
+        const uint16_t *x = j->x + p * c_n, *y = j->y + p * c_n;
+        uint16_t *dh = j->dh + p * c_n;
+        unsigned n1 = 0, f1 = 0; /* 32-bit lanes in the loop */
+#pragma omp simd reduction(+ : n1, f1)
+        for (int c = 0; c < c_n; ++c) {
+            const float d = ld(dh, c, bf16) * act_g(ld(y, c, bf16), a) * sc[c];
+            const float v = d * inv[c] + kv[c] * (ld(x, c, bf16) - mean[c]) + km[c];
+            const uint16_t h = st(v, bf16);
+            dh[c] = h;
+            n1 += v != 0.0f;
+            f1 += v != 0.0f && (h & 0x7fffu) == 0;
+        }
+        n0 += n1;
+        f0 += f1;
+    }
+    *nz += n0;
+    *fl += f0;
+}
+
+/* Without batch-norm: dh = half(dh act'(y)), acc[c] += it (the bias gradient). */
+NHWC_INLINE void chunk_bwd_bias(const nhwc_job *j, long p0, long p1, float *acc,
+                                unsigned long long *nz, unsigned long long *fl, const int bf16,
+                                const ACTIVATION a)
+{
+    const int c_n = j->c;
+    unsigned long long n0 = 0, f0 = 0;
+    for (long p = p0; p < p1; ++p) {
+        const uint16_t *y = j->y + p * c_n;
+        uint16_t *dh = j->dh + p * c_n;
+        unsigned n1 = 0, f1 = 0;
+#pragma omp simd reduction(+ : n1, f1)
+        for (int c = 0; c < c_n; ++c) {
+            const float d = ld(dh, c, bf16) * act_g(ld(y, c, bf16), a);
+            const uint16_t h = st(d, bf16);
+            dh[c] = h;
+            acc[c] += d;
+            n1 += d != 0.0f;
+            f1 += d != 0.0f && (h & 0x7fffu) == 0;
+        }
+        n0 += n1;
+        f0 += f1;
+    }
+    *nz += n0;
+    *fl += f0;
+}
+
+/* ---- one function per pass and instruction set, with the dtype and the
+ * common activations as constants ---- */
+
+typedef enum nhwc_pass {
+    PASS_SUM,
+    PASS_SQDEV,
+    PASS_NORM,
+    PASS_BIAS,
+    PASS_BWD_SUMS,
+    PASS_BWD_DX,
+    PASS_BWD_BIAS
+} nhwc_pass;
+
+NHWC_INLINE void run_chunk(const nhwc_job *j, nhwc_pass pass, long p0, long p1, float *acc,
+                           unsigned long long *nz, unsigned long long *fl, const int bf16,
+                           const ACTIVATION a)
+{
+    switch (pass) {
+    case PASS_SUM: chunk_sum(j, p0, p1, acc, bf16); break;
+    case PASS_SQDEV: chunk_sqdev(j, p0, p1, acc, bf16); break;
+    case PASS_NORM: chunk_norm(j, p0, p1, bf16, a); break;
+    case PASS_BIAS: chunk_bias(j, p0, p1, bf16, a); break;
+    case PASS_BWD_SUMS: chunk_bwd_sums(j, p0, p1, acc, bf16, a); break;
+    case PASS_BWD_DX: chunk_bwd_dx(j, p0, p1, nz, fl, bf16, a); break;
+    case PASS_BWD_BIAS: chunk_bwd_bias(j, p0, p1, acc, nz, fl, bf16, a); break;
+    }
+}
+
+NHWC_INLINE void chunk_any(const nhwc_job *j, nhwc_pass pass, long p0, long p1, float *acc,
+                           unsigned long long *nz, unsigned long long *fl)
+{
+    const ACTIVATION a = j->act;
+    if (j->bf16) {
+        if (a == LEAKY) run_chunk(j, pass, p0, p1, acc, nz, fl, 1, LEAKY);
+        else if (a == LINEAR) run_chunk(j, pass, p0, p1, acc, nz, fl, 1, LINEAR);
+        else run_chunk(j, pass, p0, p1, acc, nz, fl, 1, a);
+    } else {
+        if (a == LEAKY) run_chunk(j, pass, p0, p1, acc, nz, fl, 0, LEAKY);
+        else if (a == LINEAR) run_chunk(j, pass, p0, p1, acc, nz, fl, 0, LINEAR);
+        else run_chunk(j, pass, p0, p1, acc, nz, fl, 0, a);
+    }
+}
+
+typedef void (*chunk_fn)(const nhwc_job *j, nhwc_pass pass, long p0, long p1, float *acc,
+                         unsigned long long *nz, unsigned long long *fl);
+
+#define NHWC_VARIANT(attr, isa)                                                                   \
+    attr static void chunk_##isa(const nhwc_job *j, nhwc_pass pass, long p0, long p1, float *acc, \
+                                 unsigned long long *nz, unsigned long long *fl)                  \
+    {                                                                                             \
+        chunk_any(j, pass, p0, p1, acc, nz, fl);                                                  \
+    }
+
+NHWC_VARIANT(, sse2)
+#if defined(__x86_64__) && defined(__GNUC__)
+NHWC_VARIANT(__attribute__((target("avx2,fma,f16c"))), avx2)
+NHWC_VARIANT(__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))), avx512)
+#define NHWC_X86 1
+#endif
+
+static chunk_fn chunk_kernel(void)
+{
+#ifdef NHWC_X86
+    switch (amp_cpu_isa_used()) {
+    case AMP_ISA_AVX512: return chunk_avx512;
+    case AMP_ISA_AVX2: return chunk_avx2;
+    default: break;
+    }
+#endif
+    return chunk_sse2;
+}
+
+/* The tensor's layout for the passes: rows of w values, each k whole
+ * positions (w = k c). Few channels (the first layers': 8, 16) make rows too
+ * short to vectorise well, so k positions are taken as one row (w at least
+ * NHWC_MIN_ROW), the per-channel values repeated k times; the rem positions
+ * after the last whole row are a row of their own. */
+#define NHWC_MIN_ROW 64
+
+typedef struct nhwc_shape {
+    int c, k, w;
+    long rows, rem;
+} nhwc_shape;
+
+static nhwc_shape shape_of(long positions, int c)
+{
+    nhwc_shape sh;
+    sh.c = c;
+    sh.k = c >= NHWC_MIN_ROW ? 1 : (NHWC_MIN_ROW + c - 1) / c;
+    sh.w = sh.k * c;
+    sh.rows = positions / sh.k;
+    sh.rem = positions % sh.k;
+    return sh;
+}
+
+/* v (c values) repeated k times into dst (w values). */
+static const float *repeated(const nhwc_shape *sh, const float *v, float *dst)
+{
+    for (int t = 0; t < sh->k; ++t) memcpy(dst + (size_t)t * sh->c, v, sh->c * sizeof(float));
+    return dst;
+}
+
+/* A pass over every chunk of rows and the remaining positions; with sums > 0,
+ * each chunk's sums in sums rows of w accumulators, added in chunk order
+ * (the k copies of a channel in turn) into out (sums x c, zeroed here). */
+static void run_pass(const nhwc_job *j, const nhwc_shape *sh, nhwc_pass pass, int sums,
+                     float *out, unsigned long long *nz, unsigned long long *fl)
+{
+    const chunk_fn k = chunk_kernel();
+    const size_t row = (size_t)sums * sh->w;
+    float *part = sums ? calloc((size_t)(j->nchunks + 1) * row, sizeof(float)) : NULL;
+    if (sums && !part) abort(); /* as darknet's allocations inside a step */
+    unsigned long long n0 = 0, f0 = 0;
+    const int parallel = j->positions * j->c > NHWC_MIN_PARALLEL;
+#pragma omp parallel for schedule(static) reduction(+ : n0, f0) if (parallel)
+    for (int q = 0; q < j->nchunks; ++q) {
+        const long p0 = q * j->chunk, p1 = p0 + j->chunk < j->positions ? p0 + j->chunk
+                                                                        : j->positions;
+        k(j, pass, p0, p1, part ? part + (size_t)q * row : NULL, &n0, &f0);
+    }
+    float *last = part ? part + (size_t)j->nchunks * row : NULL;
+    if (sh->rem) { /* the positions after the last whole row: rows of c */
+        nhwc_job r = *j;
+        const long at = sh->rows * sh->w;
+        r.c = sh->c;
+        r.positions = sh->rem;
+        r.x = j->x ? j->x + at : NULL;
+        r.y = j->y ? j->y + at : NULL;
+        r.dh = j->dh ? j->dh + at : NULL;
+        k(&r, pass, 0, sh->rem, last, &n0, &f0); /* sums: rows of c in last */
+    }
+    if (nz) *nz += n0, *fl += f0;
+    if (!sums) return;
+    memset(out, 0, (size_t)sums * sh->c * sizeof(float));
+    for (int q = 0; q < j->nchunks; ++q)
+        for (int s = 0; s < sums; ++s)
+            for (int t = 0; t < sh->k; ++t) {
+                const float *pq = part + (size_t)q * row + (size_t)s * sh->w + (size_t)t * sh->c;
+                for (int c = 0; c < sh->c; ++c) out[s * sh->c + c] += pq[c];
+            }
+    if (sh->rem)
+        for (int i = 0; i < sums * sh->c; ++i) out[i] += last[i];
+    free(part);
+}
+
+/* The job for l's NHWC tensors (shape sh). */
+static nhwc_job job_for(const layer *l, const amp_tail_half *th, const nhwc_shape *sh)
+{
+    nhwc_job j = {0};
+    j.positions = sh->rows;
+    j.c = sh->w;
+    long chunk = (NHWC_CHUNK_VALUES + sh->w - 1) / sh->w;
+    const long least = (j.positions + NHWC_MAX_CHUNKS - 1) / NHWC_MAX_CHUNKS;
+    j.chunk = chunk > least ? chunk : least;
+    if (j.chunk < 1) j.chunk = 1;
+    j.nchunks = (int)((j.positions + j.chunk - 1) / j.chunk);
+    j.bf16 = th->bf16;
+    j.act = l->activation;
+    j.y = th->y;
+    j.x = l->batch_normalize ? th->x : th->y;
+    j.dh = th->dh;
+    return j;
+}
+
+/* Per-channel work arrays: k rows of n floats. */
+static float *rows_of(int k, int n)
+{
+    float *p = calloc((size_t)k * n, sizeof(float));
+    if (!p) abort();
+    return p;
+}
+
+void amp_tail_forward_nhwc(layer l, network net, int nbias, int bias_size, amp_bn_formula bn,
+                           const amp_tail_half *th)
+{
+    const nhwc_shape sh = shape_of((long)l.batch * bias_size, nbias);
+    nhwc_job j = job_for(&l, th, &sh);
+    const int n = nbias, w = sh.w;
+    float *wide = rows_of(4, w); /* mean, denominator, scale, bias, each repeated */
+    if (!l.batch_normalize) {
+        j.bias = repeated(&sh, l.biases, wide + 3 * w);
+        run_pass(&j, &sh, PASS_BIAS, 0, NULL, NULL, NULL);
+        free(wide);
+        return;
+    }
+    const int cudnn = bn == AMP_BN_CUDNN;
+    float *c2 = rows_of(2, n), *mean = c2, *den = c2 + n;
+    if (net.train) {
+        const long count = (long)l.batch * bias_size;
+        const float mscale = 1.f / count, vscale = 1.f / (cudnn ? count : count - 1);
+        /* cuDNN's running variance takes the unbiased estimate */
+        const float unbias = cudnn && count > 1 ? (float)count / (count - 1) : 1.f;
+        run_pass(&j, &sh, PASS_SUM, 1, mean, NULL, NULL);
+        for (int f = 0; f < n; ++f) mean[f] *= mscale;
+        j.mean = repeated(&sh, mean, wide);
+        run_pass(&j, &sh, PASS_SQDEV, 1, den, NULL, NULL);
+        for (int f = 0; f < n; ++f) {
+            const float var = den[f] * vscale;
+            l.mean[f] = mean[f];
+            l.variance[f] = var;
+            l.rolling_mean[f] = .99f * l.rolling_mean[f] + .01f * mean[f];
+            l.rolling_variance[f] = .99f * l.rolling_variance[f] + .01f * (var * unbias);
+        }
+    } else {
+        memcpy(mean, l.rolling_mean, n * sizeof(float));
+    }
+    const float *var = net.train ? l.variance : l.rolling_variance;
+    for (int f = 0; f < n; ++f)
+        den[f] = cudnn ? sqrtf(var[f] + .00001f) : sqrtf(var[f]) + .000001f;
+    j.mean = repeated(&sh, mean, wide);
+    j.den = repeated(&sh, den, wide + w);
+    j.scale = repeated(&sh, l.scales, wide + 2 * w);
+    j.bias = repeated(&sh, l.biases, wide + 3 * w);
+    run_pass(&j, &sh, PASS_NORM, 0, NULL, NULL, NULL);
+    free(c2);
+    free(wide);
+}
+
+void amp_tail_backward_nhwc(layer l, network net, int nbias, int bias_size,
+                            const amp_tail_half *th)
+{
+    const nhwc_shape sh = shape_of((long)l.batch * bias_size, nbias);
+    nhwc_job j = job_for(&l, th, &sh);
+    const int n = nbias, w = sh.w;
+    unsigned long long nz = 0, fl = 0;
+    if (!l.batch_normalize) {
+        float *s = rows_of(1, n);
+        run_pass(&j, &sh, PASS_BWD_BIAS, 1, s, &nz, &fl);
+        for (int f = 0; f < n; ++f) l.bias_updates[f] += s[f];
+        free(s);
+    } else {
+        const float *mean = net.train ? l.mean : l.rolling_mean;
+        const float *variance = net.train ? l.variance : l.rolling_variance;
+        /* per channel: the four sums, the denominator, the inverse deviation,
+         * the two correction terms; and six of them repeated */
+        float *c8 = rows_of(8, n), *sums = c8, *den = c8 + 4 * n, *inv = c8 + 5 * n;
+        float *kv = c8 + 6 * n, *km = c8 + 7 * n;
+        float *wide = rows_of(6, w);
+        for (int f = 0; f < n; ++f) /* the forward's normalisation, to make x_norm again */
+            den[f] = th->cudnn ? sqrtf(variance[f] + .00001f) : sqrtf(variance[f]) + .000001f;
+        j.mean = repeated(&sh, mean, wide);
+        j.den = repeated(&sh, den, wide + w);
+        j.scale = repeated(&sh, l.scales, wide + 2 * w);
+        run_pass(&j, &sh, PASS_BWD_SUMS, 4, sums, NULL, NULL);
+        const float count = (float)((long)l.batch * bias_size);
+        for (int f = 0; f < n; ++f) {
+            const float ve = variance[f] + .00001f;
+            inv[f] = 1.f / sqrtf(ve);
+            l.bias_updates[f] += sums[f];
+            l.scale_updates[f] += sums[n + f];
+            const float md = sums[2 * n + f] * -inv[f];
+            const float vd = sums[3 * n + f] * -.5f * powf(ve, -1.5f);
+            l.mean_delta[f] = md;
+            l.variance_delta[f] = vd;
+            kv[f] = vd * 2.f / count;
+            km[f] = md / count;
+        }
+        j.inv = repeated(&sh, inv, wide + 3 * w);
+        j.kv = repeated(&sh, kv, wide + 4 * w);
+        j.km = repeated(&sh, km, wide + 5 * w);
+        run_pass(&j, &sh, PASS_BWD_DX, 0, NULL, &nz, &fl);
+        free(wide);
+        free(c8);
+    }
+    if (th->nonzero) *th->nonzero += nz, *th->flushed += fl;
+}

@@ -135,7 +135,11 @@ void amp_plan_bytes(const amp_net *an, double *fp32, double *planned)
         const amp_layer *al = &an->layers[i];
         const double n = (double)l->outputs * l->batch;
         const double x = al->io == AMP_IO_CONVERTS && l->batch_normalize ? 2 * n : 0;
-        const double out = l->output ? n : 0, delta = l->delta || al->out_half ? n : 0;
+        /* darknet's dropout layer shares its input's arrays (in half, its delta
+         * is its own: counted in the pool below) */
+        const int shares = l->type == DROPOUT;
+        const double out = l->output && !shares ? n : 0;
+        const double delta = !shares && (l->delta || al->out_half) ? n : 0;
         *fp32 += 4 * (out + delta + x);
         *planned += al->out_half ? 2 * out : 4 * (out + delta);
         *planned += al->x_half ? 2 * n : 4 * x;

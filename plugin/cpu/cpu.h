@@ -218,6 +218,14 @@ void amp_maxpool_backward(layer l, network net);
  * plan): whether l has one, and pointing al's forward and backward at it. */
 void amp_maxpool_forward_half(layer l, network net);
 void amp_maxpool_backward_half(layer l, network net);
+/* The half form's work on NHWC half tensors of dtype dt (maxpool.c): l's
+ * windows over in into out, each maximum's NHWC input index in idx; and the
+ * gradient d added onto dst (the input's delta) through idx, in float32,
+ * rounded once per element. */
+void amp_maxpool_nhwc_forward(const layer *l, amp_dtype dt, const uint16_t *in, uint16_t *out,
+                              int *idx);
+void amp_maxpool_nhwc_backward(const layer *l, amp_dtype dt, const uint16_t *d, const int *idx,
+                               uint16_t *dst);
 int amp_movement_has_half(const layer *l);
 void amp_movement_install(amp_layer *al, layer *l);
 

@@ -234,20 +234,17 @@ static pool_row_fn pool_row(void)
     return pool_row_sse2;
 }
 
-void amp_maxpool_forward_half(layer l, network net)
+void amp_maxpool_nhwc_forward(const layer *l, amp_dtype dt, const uint16_t *in, uint16_t *out,
+                              int *idx)
 {
-    const amp_layer *al = l.hook_data;
-    const int bf16 = al->owner->scaler->opt.dtype == AMP_DTYPE_BFLOAT16;
-    const uint16_t *in = (const uint16_t *)net.input;
-    uint16_t *out = (uint16_t *)l.output;
-    const int rows = l.batch * l.out_h;
+    const int bf16 = dt == AMP_DTYPE_BFLOAT16, rows = l->batch * l->out_h;
     const pool_row_fn row = pool_row();
     int threads;
-    float *bufs = thread_planes(2 * (size_t)l.c, &threads);
-#pragma omp parallel for schedule(static) if ((long)l.outputs * l.batch > 16384)
+    float *bufs = thread_planes(2 * (size_t)l->c, &threads);
+#pragma omp parallel for schedule(static) if ((long)l->outputs * l->batch > 16384)
     for (int r = 0; r < rows; ++r) {
-        float *max = bufs + (size_t)thread_index() * 2 * l.c;
-        row(&l, in, out, l.indexes, r / l.out_h, r % l.out_h, max, (int *)(max + l.c), bf16);
+        float *max = bufs + (size_t)thread_index() * 2 * l->c;
+        row(l, in, out, idx, r / l->out_h, r % l->out_h, max, (int *)(max + l->c), bf16);
     }
     free(bufs);
 }
@@ -262,39 +259,51 @@ static inline void scatter_half(uint16_t *dst, const uint16_t *d, const int *idx
     }
 }
 
-void amp_maxpool_backward_half(layer l, network net)
+void amp_maxpool_nhwc_backward(const layer *l, amp_dtype dt, const uint16_t *d, const int *idx,
+                               uint16_t *dst)
 {
-    (void)net;
-    const amp_layer *al = l.hook_data;
-    const amp_dtype dt = al->owner->scaler->opt.dtype;
     const int bf16 = dt == AMP_DTYPE_BFLOAT16;
-    amp_cpu_deltas_begin(al->owner, al->index);
-    uint16_t *dst = amp_cpu_half_delta(al->owner, al->index - 1);
-    if (!dst) return;
-    const uint16_t *d = cpu_layer_of(al)->delta_h;
-    const long per_in = (long)l.h * l.w * l.c, per_out = (long)l.outputs;
-    if (l.stride >= l.size) { /* no two windows share an input */
-        const long n = per_out * l.batch;
+    const long per_in = (long)l->h * l->w * l->c, per_out = (long)l->outputs;
+    if (l->stride >= l->size) { /* no two windows share an input */
+        const long n = per_out * l->batch;
         const long chunks = (n + 4095) / 4096;
 #pragma omp parallel for schedule(static) if (n > 16384)
         for (long q = 0; q < chunks; ++q) {
             const long k1 = (q + 1) * 4096 < n ? (q + 1) * 4096 : n;
-            if (bf16) scatter_half(dst, d, l.indexes, q * 4096, k1, 1);
-            else scatter_half(dst, d, l.indexes, q * 4096, k1, 0);
+            if (bf16) scatter_half(dst, d, idx, q * 4096, k1, 1);
+            else scatter_half(dst, d, idx, q * 4096, k1, 0);
         }
         return;
     }
     int threads;
     float *bufs = thread_planes((size_t)per_in, &threads);
-#pragma omp parallel for schedule(static) if (per_out * l.batch > 16384)
-    for (int b = 0; b < l.batch; ++b) {
+#pragma omp parallel for schedule(static) if (per_out * l->batch > 16384)
+    for (int b = 0; b < l->batch; ++b) {
         float *dx = bufs + (size_t)thread_index() * per_in;
         uint16_t *db = dst + (size_t)b * per_in;
         amp_cpu_from_half(dt, db, dx, (size_t)per_in);
         const long base = b * per_in;
         for (long k = b * per_out; k < (b + 1) * per_out; ++k)
-            dx[l.indexes[k] - base] += half_value(d, k, bf16);
+            dx[idx[k] - base] += half_value(d, k, bf16);
         amp_cpu_to_half(dt, dx, db, (size_t)per_in);
     }
     free(bufs);
+}
+
+void amp_maxpool_forward_half(layer l, network net)
+{
+    const amp_layer *al = l.hook_data;
+    amp_maxpool_nhwc_forward(&l, al->owner->scaler->opt.dtype, (const uint16_t *)net.input,
+                             (uint16_t *)l.output, l.indexes);
+}
+
+void amp_maxpool_backward_half(layer l, network net)
+{
+    (void)net;
+    const amp_layer *al = l.hook_data;
+    amp_cpu_deltas_begin(al->owner, al->index);
+    uint16_t *dst = amp_cpu_half_delta(al->owner, al->index - 1);
+    if (dst)
+        amp_maxpool_nhwc_backward(&l, al->owner->scaler->opt.dtype, cpu_layer_of(al)->delta_h,
+                                  l.indexes, dst);
 }

@@ -1,7 +1,7 @@
 /* The half forms of the data-movement layers darknet cfgs put between
- * convolutions, on the activation plan's half storage (storage.c): route
- * (channel concatenation), upsample and shortcut (maxpool's is in
- * maxpool.c). Each reads and writes 16-bit patterns; what it computes
+ * convolutions, on the activation plan's NHWC half storage (storage.c):
+ * route (channel concatenation), upsample, shortcut, reorg, avgpool and
+ * dropout (maxpool's is in maxpool.c). Each reads and writes 16-bit patterns; what it computes
  * (shortcut's sum, its activation, every sum of gradients) is float32
  * arithmetic rounded once into half storage, as a GPU's half kernels do.
  *
@@ -203,6 +203,156 @@ static void shortcut_backward(layer l, network net)
     if (other) amp_cpu_add_half(dt, other, d, n);
 }
 
+/* ---- reorg (stride s, not flatten, not extra): darknet's permutation ---- */
+
+/* darknet's flat NCHW index f of a tensor of c channels by hw positions, as
+ * the plan's NHWC index. */
+static inline long nhwc_of(long f, int c, long hw)
+{
+    const long per = c * hw, b = f / per, r = f % per;
+    return (b * hw + r % hw) * c + r / hw;
+}
+
+/* darknet's reorg_cpu pairs an output element with an input element (its
+ * loops read a tensor of l's input size with the dimensions it was given,
+ * whatever the layer's real output shape); the pairs, as NHWC indexes, with
+ * the value moved forward (or its gradient written back, as darknet writes
+ * it: not added). */
+static void reorg_move(const layer *l, const uint16_t *src, uint16_t *dst, int backward)
+{
+    const int w = l->w, h = l->h, c = l->c, s = l->stride, out_c = c / (s * s);
+    const long in_hw = (long)l->h * l->w, out_hw = (long)l->out_h * l->out_w;
+    const int planes = l->batch * c;
+#pragma omp parallel for schedule(static) if ((long)l->outputs * l->batch > 65536)
+    for (int q = 0; q < planes; ++q) {
+        const int b = q / c, k = q % c, c2 = k % out_c, offset = k / out_c;
+        for (int j = 0; j < h; ++j)
+            for (int i = 0; i < w; ++i) {
+                const long a = i + (long)w * (j + (long)h * (k + (long)c * b));
+                const long w2 = (long)i * s + offset % s, h2 = (long)j * s + offset / s;
+                const long bb = w2 + (long)w * s * (h2 + (long)h * s * (c2 + (long)out_c * b));
+                /* the output's element and the input's it takes */
+                const long o = nhwc_of(l->reverse ? bb : a, l->out_c, out_hw);
+                const long x = nhwc_of(l->reverse ? a : bb, l->c, in_hw);
+                if (backward) dst[x] = src[o];
+                else dst[o] = src[x];
+            }
+    }
+}
+
+static void reorg_forward(layer l, network net)
+{
+    reorg_move(&l, (const uint16_t *)net.input, out_half(&l), 0);
+}
+
+static void reorg_backward(layer l, network net)
+{
+    (void)net;
+    amp_layer *al = l.hook_data;
+    amp_cpu_deltas_begin(al->owner, al->index);
+    uint16_t *dst = amp_cpu_half_delta(al->owner, al->index - 1);
+    if (dst) reorg_move(&l, cpu_layer_of(al)->delta_h, dst, 1);
+}
+
+/* ---- avgpool (darknet's: global, to 1 x 1) ---- */
+
+/* Image b: each channel's mean over the positions, summed in darknet's order. */
+static inline void avg_image(const layer *l, const uint16_t *in, uint16_t *out, float *acc, int b,
+                             const int bf16)
+{
+    const int c_n = l->c, hw = l->h * l->w;
+    for (int c = 0; c < c_n; ++c) acc[c] = 0;
+    for (int p = 0; p < hw; ++p) {
+        const uint16_t *x = in + ((size_t)b * hw + p) * c_n;
+#pragma omp simd
+        for (int c = 0; c < c_n; ++c) acc[c] += value(x, c, bf16);
+    }
+#pragma omp simd
+    for (int c = 0; c < c_n; ++c) out[(size_t)b * c_n + c] = rounded(acc[c] / hw, bf16);
+}
+
+/* Image b: every position's gradient += the channel's gradient / positions. */
+static inline void avg_image_back(const layer *l, const uint16_t *d, uint16_t *dst, int b,
+                                  const int bf16)
+{
+    const int c_n = l->c, hw = l->h * l->w;
+    for (int p = 0; p < hw; ++p) {
+        uint16_t *t = dst + ((size_t)b * hw + p) * c_n;
+        const uint16_t *g = d + (size_t)b * c_n;
+#pragma omp simd
+        for (int c = 0; c < c_n; ++c) t[c] = rounded(value(t, c, bf16) + value(g, c, bf16) / hw, bf16);
+    }
+}
+
+static void avgpool_forward(layer l, network net)
+{
+    const amp_layer *al = l.hook_data;
+    const int bf16 = dtype_of(al) == AMP_DTYPE_BFLOAT16;
+    float *acc = amp_cpu_reserve(&cpu_net_of(al->owner)->out32, (size_t)l.batch * l.c);
+#pragma omp parallel for schedule(static) if ((long)l.inputs * l.batch > 65536)
+    for (int b = 0; b < l.batch; ++b) {
+        if (bf16) avg_image(&l, (const uint16_t *)net.input, out_half(&l), acc + (size_t)b * l.c, b, 1);
+        else avg_image(&l, (const uint16_t *)net.input, out_half(&l), acc + (size_t)b * l.c, b, 0);
+    }
+}
+
+static void avgpool_backward(layer l, network net)
+{
+    (void)net;
+    amp_layer *al = l.hook_data;
+    amp_cpu_deltas_begin(al->owner, al->index);
+    uint16_t *dst = amp_cpu_half_delta(al->owner, al->index - 1);
+    if (!dst) return;
+    const int bf16 = dtype_of(al) == AMP_DTYPE_BFLOAT16;
+    const uint16_t *d = cpu_layer_of(al)->delta_h;
+#pragma omp parallel for schedule(static) if ((long)l.inputs * l.batch > 65536)
+    for (int b = 0; b < l.batch; ++b) {
+        if (bf16) avg_image_back(&l, d, dst, b, 1);
+        else avg_image_back(&l, d, dst, b, 0);
+    }
+}
+
+/* ---- dropout: in place on its input, as darknet's ----
+ * darknet's dropout layer shares its input's arrays; here its output is its
+ * input's half tensor (storage.c), scaled or zeroed in place, and its delta a
+ * half tensor of its own, scaled or zeroed into the input's. The random
+ * numbers are drawn in darknet's order (its NCHW elements) into l.rand. */
+
+static void dropout_forward(layer l, network net)
+{
+    if (!net.train) return;
+    const amp_layer *al = l.hook_data;
+    const int bf16 = dtype_of(al) == AMP_DTYPE_BFLOAT16;
+    int c, hw;
+    amp_cpu_tensor_shape(al->owner->net, al->index, &c, &hw);
+    uint16_t *x = (uint16_t *)net.input;
+    for (long i = 0; i < (long)l.batch * l.inputs; ++i) {
+        const float r = rand_uniform(0, 1);
+        l.rand[i] = r;
+        const long k = nhwc_of(i, c, hw);
+        x[k] = r < l.probability ? rounded(0, bf16) : rounded(value(x, k, bf16) * l.scale, bf16);
+    }
+}
+
+static void dropout_backward(layer l, network net)
+{
+    (void)net;
+    amp_layer *al = l.hook_data;
+    amp_cpu_deltas_begin(al->owner, al->index);
+    uint16_t *dst = amp_cpu_half_delta(al->owner, al->index - 1);
+    if (!dst) return;
+    const int bf16 = dtype_of(al) == AMP_DTYPE_BFLOAT16;
+    int c, hw;
+    amp_cpu_tensor_shape(al->owner->net, al->index, &c, &hw);
+    const uint16_t *d = cpu_layer_of(al)->delta_h;
+#pragma omp parallel for schedule(static) if ((long)l.inputs * l.batch > 65536)
+    for (long i = 0; i < (long)l.batch * l.inputs; ++i) {
+        const long k = nhwc_of(i, c, hw);
+        const float g = l.rand[i] < l.probability ? 0 : value(d, k, bf16) * l.scale;
+        dst[k] = rounded(value(dst, k, bf16) + g, bf16);
+    }
+}
+
 int amp_movement_has_half(const layer *l)
 {
     switch (l->type) {
@@ -216,6 +366,11 @@ int amp_movement_has_half(const layer *l)
     case SHORTCUT:
         return l->alpha == 1.0f && l->beta == 1.0f && l->w == l->out_w && l->h == l->out_h &&
                l->c == l->out_c;
+    case REORG: /* darknet's permutation; flatten and extra are other layers */
+        return !l->flatten && !l->extra && l->stride > 0 && l->c % (l->stride * l->stride) == 0 &&
+               (long)l->out_c * l->out_h * l->out_w == l->outputs && l->outputs == l->inputs;
+    case AVGPOOL: return l->out_w == 1 && l->out_h == 1 && l->out_c == l->c;
+    case DROPOUT: return l->rand && l->outputs == l->inputs;
     default: return 0;
     }
 }
@@ -238,6 +393,18 @@ void amp_movement_install(amp_layer *al, layer *l)
     case SHORTCUT:
         al->forward = shortcut_forward;
         al->backward = shortcut_backward;
+        break;
+    case REORG:
+        al->forward = reorg_forward;
+        al->backward = reorg_backward;
+        break;
+    case AVGPOOL:
+        al->forward = avgpool_forward;
+        al->backward = avgpool_backward;
+        break;
+    case DROPOUT:
+        al->forward = dropout_forward;
+        al->backward = dropout_backward;
         break;
     default: break;
     }

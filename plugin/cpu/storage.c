@@ -303,7 +303,10 @@ amp_status amp_cpu_activations(amp_net *an, char *err, size_t errlen)
         cpu_layer *c = cpu_layer_of(al);
         const size_t n = (size_t)l->outputs * l->batch;
         int ok = 1;
-        if (al->out_half) {
+        if (al->out_half && l->type == DROPOUT) { /* darknet's shares its input's arrays */
+            l->output = net->layers[i - 1].output;
+            l->delta = NULL;
+        } else if (al->out_half) {
             ok = resize_half(&l->output, n);
             free(l->delta);
             l->delta = NULL;
@@ -339,7 +342,10 @@ void amp_cpu_activations_release(amp_net *an)
         amp_layer *al = &an->layers[i];
         layer *l = &net->layers[i];
         const size_t n = (size_t)l->outputs * l->batch;
-        if (al->out_half) { /* darknet's float32 arrays again, zeroed as darknet made them */
+        if (al->out_half && l->type == DROPOUT) { /* its input's, given back before it */
+            l->output = net->layers[i - 1].output;
+            l->delta = net->layers[i - 1].delta;
+        } else if (al->out_half) { /* darknet's float32 arrays again, zeroed as darknet made them */
             free(l->output);
             l->output = calloc(n, sizeof(float));
             l->delta = calloc(n, sizeof(float));

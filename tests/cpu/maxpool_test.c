@@ -10,9 +10,18 @@
  * (the gradient must be added, not written). No -FLT_MAX or -inf: a window of
  * nothing else has no maximum in darknet (index -1), and its backward then
  * writes before net.delta.
+ *
+ * Then the half form (the activation plan's, amp_maxpool_nhwc_forward and
+ * _backward) on NHWC float16 and bfloat16 tensors of the same inputs
+ * (rounded to half, and transposed), against darknet's on their float32
+ * values, bit for bit: each maximum (exact in half), its index (NHWC,
+ * mapped to darknet's NCHW), and the input's delta, which the half form
+ * sums in float32 in darknet's order and rounds once per element: the
+ * reference's float32 sums rounded to half.
  */
 #include "cpu.h"
 #include "check.h"
+#include "math/half_format.h"
 
 #include "maxpool_layer.h"
 
@@ -77,6 +86,102 @@ static void run_shape(const shape *s)
     free_layer(l);
 }
 
+static float half_round(amp_dtype dt, float v)
+{
+    return dt == AMP_DTYPE_BFLOAT16 ? amp_bf16_to_f32(amp_f32_to_bf16(v))
+                                    : amp_f16_to_f32(amp_f32_to_f16(v));
+}
+
+static uint16_t half_bits(amp_dtype dt, float v)
+{
+    return dt == AMP_DTYPE_BFLOAT16 ? amp_f32_to_bf16(v) : amp_f32_to_f16(v);
+}
+
+static float widen(amp_dtype dt, uint16_t h)
+{
+    return dt == AMP_DTYPE_BFLOAT16 ? amp_bf16_to_f32(h) : amp_f16_to_f32(h);
+}
+
+/* NCHW index of image b, channel c, position p, and the NHWC one. */
+static size_t nchw(int b, int c, int p, int cn, int hw)
+{
+    return ((size_t)b * cn + c) * hw + p;
+}
+
+static size_t nhwc(int b, int c, int p, int cn, int hw)
+{
+    return ((size_t)b * hw + p) * cn + c;
+}
+
+static void run_half(const shape *s, amp_dtype dt)
+{
+    const int batch = 3;
+    layer l = make_maxpool_layer(batch, s->h, s->w, s->c, s->size, s->stride, s->pad);
+    const int hw = s->h * s->w, ohw = l.out_h * l.out_w, c_n = s->c;
+    const size_t nin = (size_t)batch * hw * c_n, nout = (size_t)batch * l.outputs;
+    float *in = malloc(nin * sizeof(float)), *dref = malloc(nin * sizeof(float));
+    uint16_t *hin = malloc(nin * sizeof(uint16_t)), *hout = malloc(nout * sizeof(uint16_t));
+    uint16_t *hd = malloc(nout * sizeof(uint16_t)), *hdx = malloc(nin * sizeof(uint16_t));
+    int *idx = malloc(nout * sizeof(int));
+    unsigned seed = 11u + (unsigned)s->w * 17u + (unsigned)s->stride + (unsigned)dt;
+    for (size_t i = 0; i < nin; ++i) { /* float16 has no -1e30: its largest negative */
+        const float v = level(&seed);
+        in[i] = half_round(dt, dt == AMP_DTYPE_FLOAT16 && v < -65504.f ? -65504.f : v);
+    }
+    for (size_t i = 0; i < nout; ++i)
+        l.delta[i] = half_round(dt, (float)(rand_r(&seed) % 1000) / 997.0f);
+    for (size_t i = 0; i < nin; ++i) dref[i] = half_round(dt, (float)(rand_r(&seed) % 100) / 101.0f);
+    for (int b = 0; b < batch; ++b)
+        for (int c = 0; c < c_n; ++c)
+            for (int p = 0; p < hw; ++p) {
+                hin[nhwc(b, c, p, c_n, hw)] = half_bits(dt, in[nchw(b, c, p, c_n, hw)]);
+                hdx[nhwc(b, c, p, c_n, hw)] = half_bits(dt, dref[nchw(b, c, p, c_n, hw)]);
+            }
+    for (int b = 0; b < batch; ++b)
+        for (int c = 0; c < c_n; ++c)
+            for (int p = 0; p < ohw; ++p)
+                hd[nhwc(b, c, p, c_n, ohw)] = half_bits(dt, l.delta[nchw(b, c, p, c_n, ohw)]);
+
+    network net;
+    memset(&net, 0, sizeof net);
+    net.input = in;
+    net.delta = dref;
+    forward_maxpool_layer(l, net);
+    backward_maxpool_layer(l, net);
+    memset(hout, 0x7f, nout * sizeof(uint16_t));
+    memset(idx, 0x7f, nout * sizeof(int));
+    amp_maxpool_nhwc_forward(&l, dt, hin, hout, idx);
+    amp_maxpool_nhwc_backward(&l, dt, hd, idx, hdx);
+
+    size_t diff_out = 0, diff_idx = 0, diff_delta = 0;
+    for (int b = 0; b < batch; ++b)
+        for (int c = 0; c < c_n; ++c)
+            for (int p = 0; p < ohw; ++p) {
+                const size_t r = nchw(b, c, p, c_n, ohw), o = nhwc(b, c, p, c_n, ohw);
+                const float got = widen(dt, hout[o]);
+                diff_out += !same(&l.output[r], &got, sizeof(float));
+                /* the NHWC input index as darknet's NCHW one */
+                const int at = idx[o], ip = at / c_n % hw, ib = at / c_n / hw, ic = at % c_n;
+                diff_idx += at < 0 ? l.indexes[r] != -1
+                                   : (size_t)l.indexes[r] != nchw(ib, ic, ip, c_n, hw);
+            }
+    for (int b = 0; b < batch; ++b)
+        for (int c = 0; c < c_n; ++c)
+            for (int p = 0; p < hw; ++p) {
+                const float want = half_round(dt, dref[nchw(b, c, p, c_n, hw)]);
+                const float got = widen(dt, hdx[nhwc(b, c, p, c_n, hw)]);
+                diff_delta += !same(&want, &got, sizeof(float));
+            }
+    CHECK(!diff_out && !diff_idx && !diff_delta,
+          "half form, %s NHWC, maxpool %dx%dx%d size %d stride %d pad %d -> %dx%d: %zu of %zu "
+          "outputs, %zu indexes, %zu of %zu delta elements differ from darknet's (bit for bit; "
+          "the delta: darknet's float32 sums rounded once)",
+          amp_dtype_name(dt), s->w, s->h, s->c, s->size, s->stride, s->pad, l.out_w, l.out_h,
+          diff_out, nout, diff_idx, diff_delta, nin);
+    free(in), free(dref), free(hin), free(hout), free(hd), free(hdx), free(idx);
+    free_layer(l);
+}
+
 int main(void)
 {
     const shape shapes[] = {
@@ -88,6 +193,10 @@ int main(void)
         {7, 9, 2, 2, 2, 2},    /* padding that shifts the windows */
         {64, 64, 48, 2, 2, 1}, /* enough work for the threads */
     };
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) run_shape(&shapes[i]);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
+        run_shape(&shapes[i]);
+        run_half(&shapes[i], AMP_DTYPE_FLOAT16);
+        run_half(&shapes[i], AMP_DTYPE_BFLOAT16);
+    }
     return check_report();
 }

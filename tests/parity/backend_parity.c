@@ -337,7 +337,9 @@ static void compare_nets(network *a, network *b, const bounds *bd, const char *w
     for (int i = 0; i < a->n; ++i) {
         layer *la = &a->layers[i], *lb = &b->layers[i];
         const float *da = tensor(a, i, 1, ba), *db = tensor(b, i, 1, bb);
-        if (da && db) {
+        /* darknet's dropout layer has no delta of its own (its input's, which
+         * the input's layer has made its own gradient of since) */
+        if (da && db && la->type != DROPOUT) {
             snprintf(what, sizeof what, "%s layer %d delta", when, i);
             compare(what, da, db, (size_t)la->outputs * la->batch, bd, 1);
         }

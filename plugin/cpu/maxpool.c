@@ -249,14 +249,55 @@ void amp_maxpool_nhwc_forward(const layer *l, amp_dtype dt, const uint16_t *in, 
     free(bufs);
 }
 
-/* dst[idx[k]] = half(dst[idx[k]] + d[k]) for outputs [k0, k1), in float32. */
-static inline void scatter_half(uint16_t *dst, const uint16_t *d, const int *idx, long k0, long k1,
-                                const int bf16)
+/* Windows that do not overlap: each input gets at most one gradient, the
+ * one of the window whose maximum it is; output row i of image b, every
+ * input position of its windows visited in turn, all channels at once:
+ * dst = half(dst + d) where the index is that input's. */
+static inline void unpool_row_nhwc(const layer *l, const uint16_t *restrict d,
+                                   const int *restrict idx, uint16_t *restrict dst, int b, int i,
+                                   const int bf16)
 {
-    for (long k = k0; k < k1; ++k) {
-        const int i = idx[k];
-        dst[i] = half_of_value(half_value(dst, i, bf16) + half_value(d, k, bf16), bf16);
+    const int c_n = l->c, off = -l->pad / 2, s = l->size;
+    for (int j = 0; j < l->out_w; ++j) {
+        const int o = ((b * l->out_h + i) * l->out_w + j) * c_n;
+        for (int k = 0; k < s * s; ++k) {
+            const int y = off + i * l->stride + k / s, x = off + j * l->stride + k % s;
+            if (y < 0 || y >= l->h || x < 0 || x >= l->w) continue;
+            const int at = ((b * l->h + y) * l->w + x) * c_n;
+#pragma omp simd
+            for (int c = 0; c < c_n; ++c) {
+                const float v = half_value(dst, at + c, bf16) + half_value(d, o + c, bf16);
+                dst[at + c] = idx[o + c] == at + c ? half_of_value(v, bf16) : dst[at + c];
+            }
+        }
     }
+}
+
+typedef void (*unpool_row_fn)(const layer *l, const uint16_t *d, const int *idx, uint16_t *dst,
+                              int b, int i, int bf16);
+#define UNPOOL_VARIANT(attr, isa)                                                                 \
+    attr static void unpool_row_##isa(const layer *l, const uint16_t *d, const int *idx,          \
+                                      uint16_t *dst, int b, int i, int bf16)                      \
+    {                                                                                             \
+        if (bf16) unpool_row_nhwc(l, d, idx, dst, b, i, 1);                                       \
+        else unpool_row_nhwc(l, d, idx, dst, b, i, 0);                                            \
+    }
+UNPOOL_VARIANT(, sse2)
+#ifdef POOL_X86
+UNPOOL_VARIANT(__attribute__((target("avx2,fma,f16c"))), avx2)
+UNPOOL_VARIANT(__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))), avx512)
+#endif
+
+static unpool_row_fn unpool_row(void)
+{
+#ifdef POOL_X86
+    switch (amp_cpu_isa_used()) {
+    case AMP_ISA_AVX512: return unpool_row_avx512;
+    case AMP_ISA_AVX2: return unpool_row_avx2;
+    default: break;
+    }
+#endif
+    return unpool_row_sse2;
 }
 
 void amp_maxpool_nhwc_backward(const layer *l, amp_dtype dt, const uint16_t *d, const int *idx,
@@ -265,14 +306,10 @@ void amp_maxpool_nhwc_backward(const layer *l, amp_dtype dt, const uint16_t *d, 
     const int bf16 = dt == AMP_DTYPE_BFLOAT16;
     const long per_in = (long)l->h * l->w * l->c, per_out = (long)l->outputs;
     if (l->stride >= l->size) { /* no two windows share an input */
-        const long n = per_out * l->batch;
-        const long chunks = (n + 4095) / 4096;
-#pragma omp parallel for schedule(static) if (n > 16384)
-        for (long q = 0; q < chunks; ++q) {
-            const long k1 = (q + 1) * 4096 < n ? (q + 1) * 4096 : n;
-            if (bf16) scatter_half(dst, d, idx, q * 4096, k1, 1);
-            else scatter_half(dst, d, idx, q * 4096, k1, 0);
-        }
+        const unpool_row_fn row = unpool_row();
+        const int rows = l->batch * l->out_h;
+#pragma omp parallel for schedule(static) if (per_out * l->batch > 16384)
+        for (int r = 0; r < rows; ++r) row(l, d, idx, dst, r / l->out_h, r % l->out_h, bf16);
         return;
     }
     int threads;

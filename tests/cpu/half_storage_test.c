@@ -8,6 +8,14 @@
  * threaded path; both dtypes, every variant this CPU runs (the widest
  * capped by DARKNET_AMP_MAX_CPU_ISA, then each narrower one).
  *
+ * And the same three between darknet's NCHW float32 arrays and the plan's
+ * NHWC half storage (amp_cpu_to_half_nhwc, amp_cpu_from_half_nhwc,
+ * amp_cpu_add_half_nhwc): each element against half_format.h's at the
+ * transposed index (NCHW (b, c, p) <-> NHWC (b, p, c)), bit for bit, both
+ * dtypes, on shapes whose channels and positions are not multiples of the
+ * 16-position tiles and one above the threaded path's 65536 elements; the
+ * element after the array is left alone.
+ *
  *   half_storage_test
  */
 #include "cpu.h"
@@ -69,6 +77,47 @@ static void check_variant(amp_cpu_isa isa, amp_dtype dt, const float *src, const
     }
 }
 
+/* The NHWC forms on a batch x c x hw tensor: src (NCHW float32 patterns) and
+ * hsrc (16-bit patterns, read as NHWC) as in check_variant, f and h scratch
+ * of n + 1 elements, the last a sentinel that must survive. */
+static void check_nhwc(amp_dtype dt, int batch, int c, int hw, const float *src,
+                       const uint16_t *hsrc, float *f, uint16_t *h)
+{
+    const size_t n = (size_t)batch * c * hw;
+    const uint16_t hguard = 0x5a5a;
+    const float fguard = 1234.5f;
+    for (int op = 0; op < 3; ++op) {
+        for (size_t i = 0; i < n; ++i) f[i] = op == 1 ? 0.f : src[i];
+        memcpy(h, hsrc, n * sizeof(uint16_t));
+        h[n] = hguard, f[n] = fguard;
+        if (op == 0) amp_cpu_to_half_nhwc(dt, f, h, batch, c, hw);
+        else if (op == 1) amp_cpu_from_half_nhwc(dt, h, f, batch, c, hw);
+        else amp_cpu_add_half_nhwc(dt, h, f, batch, c, hw);
+        size_t differ = 0, first = n;
+        for (int b = 0; b < batch; ++b)
+            for (int ch = 0; ch < c; ++ch)
+                for (int p = 0; p < hw; ++p) {
+                    const size_t nchw = ((size_t)b * c + ch) * hw + p;
+                    const size_t nhwc = ((size_t)b * hw + p) * c + ch;
+                    int ok;
+                    if (op == 0) ok = same_half(h[nhwc], to_half(dt, src[nchw]), dt);
+                    else if (op == 1) ok = same_f32(f[nchw], from_half(dt, hsrc[nhwc]));
+                    else ok = same_half(h[nhwc],
+                                        to_half(dt, from_half(dt, hsrc[nhwc]) + src[nchw]), dt);
+                    if (!ok && first == n) first = nchw;
+                    differ += !ok;
+                }
+        const int guard_ok = h[n] == hguard && same_f32(f[n], fguard);
+        char where[48] = "";
+        if (differ) snprintf(where, sizeof where, " (first at NCHW %zu)", first);
+        CHECK(differ == 0 && guard_ok,
+              "%s %s NHWC, batch %d x %d channels x %d positions: %zu of %zu elements differ "
+              "from half_format.h's at the transposed index%s; the element after the array %s",
+              amp_dtype_name(dt), op_name[op], batch, c, hw, differ, n, where,
+              guard_ok ? "untouched" : "overwritten");
+    }
+}
+
 int main(void)
 {
     float *src = malloc(N * sizeof(float)), *f = malloc(N * sizeof(float));
@@ -97,6 +146,21 @@ int main(void)
     for (int t = 0; t < 2; ++t)
         for (int isa = (int)amp_cpu_isa_used(); isa >= (int)AMP_ISA_SSE2; --isa)
             check_variant((amp_cpu_isa)isa, dts[t], src, hsrc, f, h);
+    /* NHWC: 16-position tiles with a tail (7, 169, 50), channel counts off
+     * any vector width (3, 100), 262144 elements for the threads. The 16-bit
+     * patterns spread (x 40503, odd: a permutation of the 65536) so that the
+     * small shapes see more than the first few. */
+    static const int shapes[][3] = {{2, 3, 7}, {3, 16, 169}, {2, 100, 50}, {4, 64, 1024}};
+    uint16_t *hspread = malloc(N * sizeof(uint16_t));
+    if (!hspread) {
+        printf("FAIL: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < N; ++i) hspread[i] = (uint16_t)(i * 40503u + 12345u);
+    for (int t = 0; t < 2; ++t)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
+            check_nhwc(dts[t], shapes[s][0], shapes[s][1], shapes[s][2], src, hspread, f, h);
+    free(hspread);
     free(src), free(f), free(hsrc), free(h);
     return check_report();
 }

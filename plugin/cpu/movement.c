@@ -377,35 +377,21 @@ int amp_movement_has_half(const layer *l)
 
 void amp_movement_install(amp_layer *al, layer *l)
 {
-    switch (l->type) {
-    case MAXPOOL:
-        al->forward = amp_maxpool_forward_half;
-        al->backward = amp_maxpool_backward_half;
-        break;
-    case ROUTE:
-        al->forward = route_forward;
-        al->backward = route_backward;
-        break;
-    case UPSAMPLE:
-        al->forward = upsample_forward;
-        al->backward = upsample_backward;
-        break;
-    case SHORTCUT:
-        al->forward = shortcut_forward;
-        al->backward = shortcut_backward;
-        break;
-    case REORG:
-        al->forward = reorg_forward;
-        al->backward = reorg_backward;
-        break;
-    case AVGPOOL:
-        al->forward = avgpool_forward;
-        al->backward = avgpool_backward;
-        break;
-    case DROPOUT:
-        al->forward = dropout_forward;
-        al->backward = dropout_backward;
-        break;
-    default: break;
-    }
+    static const struct {
+        LAYER_TYPE type;
+        amp_layer_fn forward, backward;
+    } forms[] = {
+        {MAXPOOL, amp_maxpool_forward_half, amp_maxpool_backward_half},
+        {ROUTE, route_forward, route_backward},
+        {UPSAMPLE, upsample_forward, upsample_backward},
+        {SHORTCUT, shortcut_forward, shortcut_backward},
+        {REORG, reorg_forward, reorg_backward},
+        {AVGPOOL, avgpool_forward, avgpool_backward},
+        {DROPOUT, dropout_forward, dropout_backward},
+    };
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; ++i)
+        if (forms[i].type == l->type) {
+            al->forward = forms[i].forward;
+            al->backward = forms[i].backward;
+        }
 }

@@ -49,7 +49,7 @@
 #include "activations.h"
 #include "batchnorm_layer.h"
 #include "blas.h"
-#include "convolutional_layer.h"
+#include "convolutional_layer.h" /* add_bias, backward_bias */
 
 #include <math.h>
 #include <stdint.h>
@@ -233,6 +233,35 @@ static float *dup_floats(const float *a, int n)
     if (!p) abort();
     memcpy(p, a, (size_t)n * sizeof(float));
     return p;
+}
+
+/* A 1x1 convolutional layer of c filters on h x w, as make_convolutional_layer
+ * makes its arrays for the tail (its weights are not needed here); built by
+ * hand, since a CUDA build's make_convolutional_layer sets up cuDNN, which
+ * needs a GPU. */
+static layer conv_layer(int batch, int h, int w, int c, ACTIVATION act, int bn)
+{
+    layer l;
+    memset(&l, 0, sizeof l);
+    l.type = CONVOLUTIONAL;
+    l.batch = batch, l.h = l.out_h = h, l.w = l.out_w = w, l.c = 1, l.n = l.out_c = c;
+    l.size = l.stride = 1;
+    l.outputs = h * w * c, l.inputs = h * w;
+    l.batch_normalize = bn, l.activation = act;
+    const size_t n = (size_t)batch * l.outputs;
+    l.output = calloc(n, sizeof(float)), l.delta = calloc(n, sizeof(float));
+    l.biases = calloc((size_t)c, sizeof(float)), l.bias_updates = calloc((size_t)c, sizeof(float));
+    if (bn) {
+        l.scales = calloc((size_t)c, sizeof(float));
+        l.scale_updates = calloc((size_t)c, sizeof(float));
+        l.mean = calloc((size_t)c, sizeof(float)), l.variance = calloc((size_t)c, sizeof(float));
+        l.mean_delta = calloc((size_t)c, sizeof(float));
+        l.variance_delta = calloc((size_t)c, sizeof(float));
+        l.rolling_mean = calloc((size_t)c, sizeof(float));
+        l.rolling_variance = calloc((size_t)c, sizeof(float));
+        l.x = calloc(n, sizeof(float)), l.x_norm = calloc(n, sizeof(float));
+    }
+    return l;
 }
 
 static layer layer_copy(const layer *l)
@@ -620,7 +649,7 @@ static void run_case(const tcase *t, amp_dtype dt, uint32_t seed)
     snprintf(u.name, sizeof u.name, "%s %s%s, batch %d x %d channels x %d positions",
              amp_dtype_name(dt), t->bn ? "batch-norm + " : "bias + ", act_name(t->act), batch, c,
              hw);
-    u.l = make_convolutional_layer(batch, t->h, t->w, 1, c, 1, 1, 1, 0, t->act, t->bn, 0, 0, 0);
+    u.l = conv_layer(batch, t->h, t->w, c, t->act, t->bn);
     layer *l = &u.l;
     if (l->out_c != c || l->out_h * l->out_w != hw) {
         CHECK(0, "%s: darknet's layer is %d x %d x %d", u.name, l->out_c, l->out_h, l->out_w);

@@ -181,7 +181,9 @@ static dmem *slot_mem(amp_dnnl_conv *d, size_t off)
     return (dmem *)((char *)d + off);
 }
 
-static int in_arena(const amp_dnnl_conv *d, const dmem *m)
+/* m has a slot: in the arena, or on darknet's side's storage (views on it
+ * follow it in either case). */
+static int has_slot(const amp_dnnl_conv *d, const dmem *m)
 {
     for (int i = 0; i < d->nslots; ++i)
         if ((const char *)d + d->slot[i].mem == (const char *)m) return 1;
@@ -327,7 +329,7 @@ amp_status amp_dnnl_mem_view_on(amp_dnnl_conv *d, dmem *m, const dnnl_memory_des
                                 const dmem *owner, dnnl_engine_t e, char *why, size_t whylen)
 {
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view(m, md, e, why, whylen));
-    if (in_arena(d, owner)) return add_slot(d, m, owner, 0, why, whylen);
+    if (has_slot(d, owner)) return add_slot(d, m, owner, 0, why, whylen);
     return AMP_DNNL_CHECK(dnnl_memory_set_data_handle(m->m, amp_dnnl_data_of(owner)));
 }
 

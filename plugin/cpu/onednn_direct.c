@@ -64,6 +64,44 @@ static amp_status conv_memories(amp_dnnl_conv *d, dnnl_engine_t e, const dnnl_me
     return amp_dnnl_images_build(d, e, ux, uy, internal, why, whylen);
 }
 
+/* oneDNN 2.6's AMX backward-weights kernel ("jit:avx512_core_amx_bf16")
+ * gives wrong weight gradients for convolutions of few input channels on
+ * wide maps: a first layer of 3 channels (or 4, or 8) into 16 at 384 x 384
+ * and up, from its second run on (non-finite or ~1e38 values, whatever the
+ * scratchpad holds; yolov3-tiny at its 416 px then skips every step and can
+ * corrupt the heap). Measured in oneDNN alone (scripts/onednn_shapes.c's
+ * shapes, each pass run three times), not in 2.6's other passes or at 16
+ * input channels. Such a layer takes the next implementation oneDNN offers
+ * (its AVX512-BF16 kernel, as fast on these shapes: 5.9 against 6.6 ms at
+ * 320 px, batch 8). */
+#define AMP_DNNL_AMX_BWD_W "jit:avx512_core_amx_bf16"
+#define AMP_DNNL_AMX_BWD_W_MIN_CHANNELS 16
+
+static amp_status weights_pd(dnnl_primitive_desc_t *wpd, const dnnl_convolution_desc_t *wd,
+                             dnnl_engine_t e, const_dnnl_primitive_desc_t fpd, int channels)
+{
+    if (channels >= AMP_DNNL_AMX_BWD_W_MIN_CHANNELS)
+        return dnnl_primitive_desc_create(wpd, wd, amp_dnnl_attr(), e, fpd) == dnnl_success
+                   ? AMP_OK
+                   : AMP_ERR_INVALID;
+    dnnl_primitive_desc_iterator_t it = NULL;
+    if (dnnl_primitive_desc_iterator_create(&it, wd, amp_dnnl_attr(), e, fpd) != dnnl_success)
+        return AMP_ERR_INVALID;
+    amp_status st = AMP_ERR_INVALID;
+    do {
+        dnnl_primitive_desc_t pd = dnnl_primitive_desc_iterator_fetch(it);
+        if (!pd) break;
+        if (strcmp(amp_dnnl_impl_name(pd), AMP_DNNL_AMX_BWD_W) != 0) {
+            *wpd = pd;
+            st = AMP_OK;
+            break;
+        }
+        dnnl_primitive_desc_destroy(pd);
+    } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+    dnnl_primitive_desc_iterator_destroy(it);
+    return st;
+}
+
 /* The three convolution primitives for the descriptors; their descriptors
  * in *fpd, *dpd, *wpd for the caller to destroy. */
 static amp_status conv_primitives(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l,
@@ -95,7 +133,7 @@ static amp_status conv_primitives(amp_dnnl_conv *d, dnnl_engine_t e, const layer
     AMP_RETURN_ERROR_IF(dnnl_convolution_backward_weights_desc_init(&wd, dnnl_convolution_direct,
                                                                     ax, adw, NULL, ay, strides,
                                                                     pad_l, pad_r) != dnnl_success ||
-                            dnnl_primitive_desc_create(wpd, &wd, amp_dnnl_attr(), e, *fpd) != dnnl_success,
+                            weights_pd(wpd, &wd, e, *fpd, l->c / l->groups) != AMP_OK,
                         AMP_ERR_INVALID, why, whylen, "no oneDNN %s backward-weights convolution",
                         type);
     snprintf(d->impl[0], sizeof d->impl[0], "%s", amp_dnnl_impl_name(*fpd));

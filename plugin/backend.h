@@ -55,6 +55,16 @@ struct amp_backend_ops {
      * again after darknet resized the network (resize_network). Without it
      * (or where it fails) every tensor stays darknet's float32. */
     amp_status (*activations)(amp_net *an, char *err, size_t errlen);
+    /* Optional, with activations: the plan's half storage given back as
+     * darknet's float32 arrays and every layer's half form undone, so that
+     * the plan can be made again (a layer fell back). */
+    void (*activations_release)(amp_net *an);
+    /* Optional: half layer al runs darknet's own float32 code from the next
+     * step on (amp_fallback; the plan released before it): the backend's half
+     * path and its state freed, al->forward and al->backward darknet's again
+     * (al->orig_*), al->io AMP_IO_FLOAT32, al->label NULL. Without it no
+     * layer falls back on this backend. */
+    amp_status (*layer_fallback)(amp_layer *al, layer *l, char *err, size_t errlen);
 
     /* The batch start: every history saved and multiplied by the scaler's
      * scale; an->batch_scale set to it (device backends: read on the device,
@@ -114,6 +124,14 @@ struct amp_backend_ops {
      * histories, half weights) and workspaces (buffers the layers share, a
      * library's). */
     void (*memory)(const amp_net *an, double *copies, double *workspaces);
+    /* Optional: a training forward left the loss of cost layer `last` not
+     * finite. The first layer, in forward order up to last, whose output as
+     * the backend stores it (first its convolution's output before
+     * batch-norm, where that is kept) holds an inf or NaN, that tensor's scan
+     * in *scan, and in *params_finite whether the layer's own parameters are
+     * finite; -1 when every output is finite. Only after a non-finite loss,
+     * never on a healthy step: a device backend may wait for the device. */
+    int (*nonfinite_output)(amp_net *an, int last, amp_overflow_scan *scan, int *params_finite);
     /* Optional: start-up warnings (a CPU without bfloat16 instructions). */
     void (*describe)(const amp_net *an, FILE *out);
 };

@@ -24,6 +24,7 @@
 #include "darknet.h"
 #include "darknet_amp.h"
 #include "error.h"
+#include "math/grad_math.h" /* amp_overflow_scan */
 #include "math/scale_rule.h"
 
 #include <stddef.h>
@@ -69,8 +70,18 @@ typedef enum amp_precision {
     AMP_PRECISION_FP32,     /* float32 by the policy (or amp_dtype=float32) */
     AMP_PRECISION_OFF,      /* float32 by the cfg's amp=0 */
     AMP_PRECISION_FALLBACK, /* half by the policy, no half path for it here: float32 */
+    AMP_PRECISION_FELL_BACK, /* a half layer put back to float32 in training (fallback.c) */
     AMP_PRECISION_COUNT
 } amp_precision;
+
+/* Why a half layer fell back to float32 (fallback.c, amp_fallback). */
+typedef enum amp_fallback_why {
+    AMP_FELL_NONE,
+    AMP_FELL_FORWARD,  /* its forward pass overflowed the half type */
+    AMP_FELL_GRADIENT, /* its gradients, first not finite, in amp_fallback_after skipped
+                          steps in a row at the minimum loss scale */
+    AMP_FELL_RESUMED   /* the state file says it fell back in an earlier run */
+} amp_fallback_why;
 
 /* How a layer's backend can store the tensors it reads and writes (its
  * inputs and its output, with their deltas): the activation plan's input
@@ -140,6 +151,7 @@ typedef struct amp_layer {
     int region;         /* an AMP_IO_HALF layer that runs its half form */
     int x_half;         /* an AMP_IO_CONVERTS layer's batch-norm input stored in half (its
                            normalised values made again from it in the backward) */
+    amp_fallback_why fell_back; /* AMP_PRECISION_FELL_BACK: why */
     int delta_from;     /* out_half: the layer whose backward is the first to add into
                            the delta (its last reader), which zeroes it first; the delta
                            lives from there to this layer's backward, in storage it
@@ -197,8 +209,24 @@ struct amp_net {
     int step_iteration;          /* darknet's iteration of the step being decided ... */
     char step_where[AMP_MSG_LEN]; /* ... and its loss_where: a device's outcome is settled
                                      after the next batch has begun */
-    unsigned long long loss_skips; /* steps skipped for a non-finite loss */
-    long loss_skips_in_row;
+    /* Steps skipped with the scale left alone (the scaler's state counts the
+     * scale's updates: steps taken and skipped for a gradient overflow): for
+     * a half layer's forward overflow, and for a non-finite loss that no half
+     * layer started (a data or model problem); from the state file's totals
+     * on a resume */
+    unsigned long long forward_skips, loss_skips;
+    long loss_skips_in_row;        /* steps in a row skipped for either */
+    /* this batch, once a loss came out non-finite: the first layer (forward
+     * order) whose output held an inf or NaN (backend's nonfinite_output), or
+     * -1; that output's scan; whether it is a half layer's own overflow (its
+     * inputs and parameters finite) ... */
+    int origin_layer;
+    amp_overflow_scan origin_scan;
+    int origin_overflow;
+    /* ... and the step being decided's (as step_where) */
+    int step_origin;
+    amp_overflow_scan step_origin_scan;
+    int step_origin_overflow;
     int skipped;                 /* the last settled step was skipped */
     int skip_updates;            /* the step under way: layer updates are skipped */
     int step_open;               /* a device-decided step awaits its end */
@@ -218,6 +246,12 @@ struct amp_net {
     double dist_reduce_s;        /* time spent summing gradients over the processes */
     int plan_on;                 /* amp_activations=half with a half dtype: the plan may store
                                     tensors in half */
+    /* amp_fallback's gradient rule: the half layer whose gradients were the
+     * first not finite in the last skipped steps at the minimum scale, and
+     * how many in a row (fallback.c) */
+    int grad_suspect;
+    long grad_suspect_steps;
+    int fallbacks;               /* layers that fell back in this run */
 };
 
 /* ---- tensors.c: darknet knowledge ---- */
@@ -249,6 +283,10 @@ void amp_subs_free(amp_layer *al, amp_slots (*slots)(layer *), void (*free_one)(
  * run by the backend ops. On failure nothing stays installed. */
 amp_status amp_net_attach(amp_net *an, amp_scaler *s, const amp_backend_ops *ops, char *err,
                           size_t errlen);
+/* darknet's function-pointer slots of every layer pointed at the wrappers
+ * and the backends' forms (al->forward, ...), at attach and again after a
+ * layer fell back (fallback.c); DARKNET_AMP_PROFILE's timers kept. */
+void amp_point_slots(amp_net *an);
 /* Detaches (darknet's pointers back; a batch in progress handed back
  * unscaled) and frees an and everything it owns. NULL is fine. */
 void amp_net_free(amp_net *an);
@@ -290,6 +328,22 @@ void amp_step_settled(amp_net *an, const amp_step_outcome *o);
 /* Applies the update rule to the pending steps; AMP_ERR_NONFINITE with a
  * message when amp_max_skips is reached. */
 amp_status amp_scaler_apply(amp_scaler *s, char *err, size_t errlen);
+
+/* ---- fallback.c: amp_fallback (docs/design.md) ---- */
+/* Half layer k runs darknet's float32 code from the next step on, for why:
+ * the backend's layer_fallback, the activation plan made again, the slots
+ * pointed again; a line on stderr unless why is AMP_FELL_RESUMED. AMP_OK
+ * also when k is not a half layer (nothing to do); a status and its message
+ * when the backend cannot. Only between steps. */
+amp_status amp_fall_back(amp_net *an, int k, amp_fallback_why why, char *err, size_t errlen);
+/* A step skipped for layer k's forward overflow, settled: k falls back
+ * (amp_fallback, where the backend can); 1 when it did. */
+int amp_fallback_forward(amp_net *an, int k);
+/* Any other step, settled (skipped, bad_tensor the first non-finite
+ * gradient, at batch_scale; or taken): the gradient rule. */
+void amp_fallback_gradient(amp_net *an, int skipped, int bad_tensor, float batch_scale);
+/* The layers that fell back, and the precision table as the run ends. */
+void amp_fallback_report(const amp_net *an, FILE *out);
 
 /* ---- hooks.c ---- */
 /* The start-up lines: settings, precision table, the backend's warnings. */

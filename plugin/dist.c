@@ -99,18 +99,27 @@ void amp_dist_reduce(amp_net *an)
 {
     const amp_comm *c = an->comm;
     const double t0 = amp_clock();
-    /* a non-finite loss anywhere skips the step everywhere */
-    const unsigned long long bad = an->loss_bad != 0;
-    unsigned long long lo = 0, hi = 0;
-    if (c->minmax_u64(&bad, &lo, &hi, 1) != 0 || an->ops->reduce(an) != 0) {
+    /* a non-finite loss anywhere skips the step everywhere; a half layer's
+     * forward overflow anywhere (the lowest such layer) is every process's,
+     * so that all of them put the same layer back to float32 at this step */
+    const unsigned long long v[2] = {an->loss_bad != 0,
+                                     an->origin_overflow ? (unsigned long long)an->origin_layer
+                                                         : ~0ULL};
+    unsigned long long lo[2] = {0, 0}, hi[2] = {0, 0};
+    if (c->minmax_u64(v, lo, hi, 2) != 0 || an->ops->reduce(an) != 0) {
         amp_net_fail(an, AMP_ERR_DEVICE,
                      "amp: %s: rank %d of %d: the gradients could not be summed over the "
                      "processes (MPI failed)", an->cfgfile, c->rank, c->size);
         return;
     }
-    if (hi && !an->loss_bad) { /* another process's loss: named as the last layer's */
+    if (hi[0] && !an->loss_bad) { /* another process's loss: named as the last layer's */
         an->loss_bad = an->net->n;
         snprintf(an->loss_where, sizeof an->loss_where, "another process's batch");
+    }
+    if (lo[1] != ~0ULL && (!an->origin_overflow || an->origin_layer != (int)lo[1])) {
+        an->origin_layer = (int)lo[1]; /* found by another process: its scan is not here */
+        an->origin_overflow = 1;
+        an->origin_scan = (amp_overflow_scan){0, 0};
     }
     an->dist_reduce_s += amp_clock() - t0;
 }

@@ -246,9 +246,37 @@ static int on_train_iteration(void *ctx, network *net, char *status, size_t n)
         return 1;
     }
     amp_net_sync(an, 0); /* no wait: the line may show the step before */
+    /* every skipped step, whatever the reason (amp_step_settled) */
     snprintf(status, n, ", scale %g, %llu skipped", an->scaler->state.scale,
-             an->scaler->state.skips);
+             an->scaler->state.skips + an->forward_skips + an->loss_skips);
     return 0;
+}
+
+/* The end of a run where more than half of the steps were skipped: one line
+ * naming the main cause and what to do. */
+static void say_mostly_skipped(const amp_net *an, unsigned long long steps,
+                               unsigned long long grads, unsigned long long fwd,
+                               unsigned long long loss)
+{
+    if (2 * (grads + fwd + loss) <= steps || steps < 2) return;
+    const amp_scaler *s = an->scaler;
+    if (fwd >= grads && fwd >= loss)
+        fprintf(stderr, "amp: most steps were skipped (%llu of %llu), most for a half layer's "
+                        "forward overflow (%s): run that layer in float32 (amp=0 in its section of "
+                        "the cfg) or train with amp_dtype=bfloat16\n",
+                grads + fwd + loss, steps, an->bad[0] ? an->bad : "see the skip lines");
+    else if (loss >= grads)
+        fprintf(stderr, "amp: most steps were skipped (%llu of %llu), most for a non-finite loss "
+                        "with every half layer finite: check the training data (labels) and the "
+                        "cost layer; mixed precision is not the cause\n",
+                grads + fwd + loss, steps);
+    else
+        fprintf(stderr, "amp: most steps were skipped (%llu of %llu), most for a gradient "
+                        "overflow (the loss scale ended at %g, amp_min_scale %g): the gradients "
+                        "overflow %s even at small scales; train with amp_dtype=bfloat16, or give "
+                        "the layer the skip lines name amp=0\n",
+                grads + fwd + loss, steps, s->state.scale, s->opt.min_scale,
+                amp_dtype_name(s->opt.dtype));
 }
 
 static void on_train_done(void *ctx, network *net)
@@ -258,11 +286,18 @@ static void on_train_done(void *ctx, network *net)
     if (!an) return;
     amp_net_sync(an, 1);
     const amp_scale_state *st = &an->scaler->state;
+    /* the scaler counts the steps it updated for (taken, and skipped for a
+     * gradient overflow); the steps skipped with the scale left alone besides */
+    const unsigned long long other = an->forward_skips + an->loss_skips;
+    const unsigned long long steps = st->steps + other, skips = st->skips + other;
     fprintf(stderr, "amp: training done: %llu steps, %llu skipped (%.2f%%), final loss scale %g\n",
-            st->steps, st->skips, st->steps ? 100.0 * st->skips / st->steps : 0.0, st->scale);
-    if (an->loss_skips)
-        fprintf(stderr, "amp: %llu more steps skipped for a non-finite loss (not counted above: "
-                        "the scale was not the cause)\n", an->loss_skips);
+            steps, skips, steps ? 100.0 * skips / steps : 0.0, st->scale);
+    if (other)
+        fprintf(stderr, "amp: skipped: %llu for a gradient overflow, %llu for a half layer's "
+                        "forward overflow, %llu for a non-finite loss\n",
+                st->skips, an->forward_skips, an->loss_skips);
+    say_mostly_skipped(an, steps, st->skips, an->forward_skips, an->loss_skips);
+    amp_fallback_report(an, stderr);
     if (an->comm)
         fprintf(stderr, "amp: data-parallel, rank %d of %d: summing the gradients over the "
                         "processes took %.3f s in all, %.2f ms a step\n",

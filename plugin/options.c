@@ -44,6 +44,8 @@ void amp_options_init(amp_options *o, amp_dtype dtype)
     o->max_scale = 16777216.0f;
     o->max_skips = 0;
     o->half_activations = 1;
+    o->fallback = 1;
+    o->fallback_after = 3;
     if (dtype == AMP_DTYPE_BFLOAT16) {
         /* bfloat16 has float32's exponent range: gradients do not underflow,
          * so no scaling is needed (non-finite steps are still skipped). */
@@ -85,6 +87,8 @@ enum {
     K_MAX_SCALE,
     K_MAX_SKIPS,
     K_ACTIVATIONS,
+    K_FALLBACK,
+    K_FALLBACK_AFTER,
     K_COUNT
 };
 
@@ -119,6 +123,9 @@ static const key_spec keys[K_COUNT] = {
                      "expected an integer >= 0 (0: no limit)"},
     [K_ACTIVATIONS] = {"amp_activations", KIND_ACTIVATIONS, 0, 0, 0, 0, 0,
                        "expected half or float32"},
+    [K_FALLBACK] = {"amp_fallback", KIND_INTEGER, 0, 0, 0, 1, 0, "expected 0 or 1"},
+    [K_FALLBACK_AFTER] = {"amp_fallback_after", KIND_INTEGER, 0, 0, 1, LONG_MAX, 0,
+                          "expected an integer >= 1"},
 };
 
 static const struct {
@@ -509,6 +516,8 @@ static amp_status combine(const parsed *v, const char *where, amp_dtype default_
     if (v->kv[K_MAX_SCALE]) o->max_scale = (float)v->num[K_MAX_SCALE];
     if (v->kv[K_MAX_SKIPS]) o->max_skips = v->integer[K_MAX_SKIPS];
     if (v->kv[K_ACTIVATIONS]) o->half_activations = (int)v->integer[K_ACTIVATIONS];
+    if (v->kv[K_FALLBACK]) o->fallback = (int)v->integer[K_FALLBACK];
+    if (v->kv[K_FALLBACK_AFTER]) o->fallback_after = v->integer[K_FALLBACK_AFTER];
 
     /* The rules between keys are the scaler's (scaler.c); here they are told
      * in the cfg's words. */

@@ -188,24 +188,66 @@ amp_status amp_update(amp_scaler *s, char *err, size_t errlen)
 
 /* ---- a step's outcome ---- */
 
-/* A step skipped for a non-finite loss: a data or model problem, so the
- * scale stays; amp_max_skips of them in a row stop the run. */
+/* The largest finite value of a half dtype. */
+static double dtype_max(amp_dtype dt)
+{
+    return dt == AMP_DTYPE_FLOAT16 ? 65504.0 : dt == AMP_DTYPE_BFLOAT16 ? 3.3895313892515355e38
+                                                                        : 3.4028234663852886e38;
+}
+
+/* "layer 3 [convolutional] overflowed float16 in its forward pass (...)" */
+static void describe_forward_overflow(const amp_net *an, char *out, size_t size)
+{
+    const int k = an->step_origin;
+    const amp_dtype dt = an->scaler->opt.dtype;
+    snprintf(out, size,
+             "layer %d [%s] overflowed %s in its forward pass (%llu values inf or NaN from finite "
+             "inputs and parameters; its largest finite magnitude %.6g, %s's largest %.6g)",
+             k, get_layer_string(an->net->layers[k].type), amp_dtype_name(dt),
+             an->step_origin_scan.nonfinite, (double)an->step_origin_scan.max_finite,
+             amp_dtype_name(dt), dtype_max(dt));
+}
+
+/* A step skipped for a non-finite loss, the scale left as it is: either a
+ * half layer's forward overflow (the forward pass is not scaled, so no loss
+ * scale helps) or a data or model problem. amp_max_skips of them in a row
+ * stop the run. */
 static void loss_skipped(amp_net *an, const amp_step_outcome *o)
 {
     amp_scaler *s = an->scaler;
     const layer *l = &an->net->layers[o->loss_layer];
-    an->loss_skips += 1;
+    const int overflow = an->step_origin >= 0 && an->step_origin_overflow;
+    if (overflow) an->forward_skips += 1;
+    else an->loss_skips += 1;
     an->loss_skips_in_row += 1;
     if (o->take_back_t) *an->net->t -= 1;
     const char *sep = an->step_where[0] ? ", " : "";
-    /* what the skip was for, as for an overflow (the tensor) */
-    snprintf(an->bad, sizeof an->bad, "the loss of layer %d [%s]%s%.400s", o->loss_layer,
-             get_layer_string(l->type), sep, an->step_where);
-    fprintf(stderr,
-            "amp: step %llu skipped: non-finite loss in layer %d [%s] at iteration %d%s%s (a data "
-            "or model problem, not an overflow: the loss scale stays %g)\n",
-            o->seq, o->loss_layer, get_layer_string(l->type), an->step_iteration, sep,
-            an->step_where, o->batch_scale);
+    char origin[AMP_MSG_LEN] = "";
+    if (overflow) {
+        describe_forward_overflow(an, origin, sizeof origin);
+        snprintf(an->bad, sizeof an->bad, "%.500s", origin);
+        fprintf(stderr,
+                "amp: step %llu skipped: %s at iteration %d%s%s; the loss of layer %d [%s] is not "
+                "finite as a result (an overflow of the half type, not a data problem: the loss "
+                "scale, %g, cannot help, the forward pass is not scaled)\n",
+                o->seq, origin, an->step_iteration, sep, an->step_where, o->loss_layer,
+                get_layer_string(l->type), o->batch_scale);
+    } else {
+        /* what the skip was for, as for an overflow (the tensor) */
+        snprintf(an->bad, sizeof an->bad, "the loss of layer %d [%s]%s%.400s", o->loss_layer,
+                 get_layer_string(l->type), sep, an->step_where);
+        if (an->step_origin >= 0)
+            snprintf(origin, sizeof origin, "; the first output not finite: layer %d [%s]%s",
+                     an->step_origin, get_layer_string(an->net->layers[an->step_origin].type),
+                     an->layers[an->step_origin].precision == AMP_PRECISION_HALF
+                         ? ", whose parameters are not finite"
+                         : "");
+        fprintf(stderr,
+                "amp: step %llu skipped: non-finite loss in layer %d [%s] at iteration %d%s%s (a "
+                "data or model problem, not an overflow: the loss scale stays %g%s)\n",
+                o->seq, o->loss_layer, get_layer_string(l->type), an->step_iteration, sep,
+                an->step_where, o->batch_scale, origin);
+    }
     if (o->state) {
         s->state = *o->state; /* the device left it as it was */
     } else {
@@ -213,10 +255,19 @@ static void loss_skipped(amp_net *an, const amp_step_outcome *o)
         s->pending_loss += 1;
         if (an->owns_scaler) amp_scaler_apply(s, NULL, 0);
     }
-    if (s->opt.max_skips > 0 && an->loss_skips_in_row >= s->opt.max_skips)
+    /* the layer runs in float32 from the next step on */
+    if (overflow && amp_fallback_forward(an, an->step_origin)) return;
+    if (s->opt.max_skips <= 0 || an->loss_skips_in_row < s->opt.max_skips) return;
+    if (overflow)
         amp_net_fail(an, AMP_ERR_NONFINITE,
-                     "amp: %ld consecutive steps skipped (amp_max_skips=%ld): the loss of layer %d "
-                     "[%s] is not finite, last at iteration %d%s%s; check the training data "
+                     "amp: %ld consecutive steps skipped (amp_max_skips=%ld): %s, last at "
+                     "iteration %d; run that layer in float32 (amp=0 in its section of the cfg), "
+                     "or train with amp_dtype=bfloat16 (float32's range)",
+                     an->loss_skips_in_row, s->opt.max_skips, origin, an->step_iteration);
+    else
+        amp_net_fail(an, AMP_ERR_NONFINITE,
+                     "amp: %ld consecutive steps skipped (amp_max_skips=%ld): the loss of layer "
+                     "%d [%s] is not finite, last at iteration %d%s%s; check the training data "
                      "(labels) and the cost layer: the loss scale (%g) is not the cause",
                      an->loss_skips_in_row, s->opt.max_skips, o->loss_layer,
                      get_layer_string(l->type), an->step_iteration, sep, an->step_where,
@@ -237,6 +288,7 @@ void amp_step_settled(amp_net *an, const amp_step_outcome *o)
         return;
     }
     an->loss_skips_in_row = 0;
+    amp_fallback_gradient(an, o->skipped, o->bad_tensor, o->batch_scale);
     if (o->skipped) {
         amp_describe_tensor(an, o->bad_tensor, an->bad, sizeof an->bad);
         if (o->take_back_t) *an->net->t -= 1;

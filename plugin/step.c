@@ -51,6 +51,8 @@ static void begin_batch(amp_net *an)
     an->loss_bad = 0;
     an->loss_element = -1;
     an->loss_where[0] = 0;
+    an->origin_layer = -1;
+    an->origin_overflow = 0;
     an->ops->begin_batch(an);
     an->phase = AMP_PHASE_ACCUMULATING;
     if (an->env.profile) an->prof_scaling_s += amp_clock() - t0;
@@ -84,7 +86,6 @@ static void begin_step(amp_net *an, int inside_update)
 {
     amp_net_sync(an, 1); /* a device's last step settled: in darknet's loop long done */
     an->step_iteration = (int)get_current_batch(an->net); /* until this step is settled */
-    memcpy(an->step_where, an->loss_where, sizeof an->step_where);
     if (an->phase == AMP_PHASE_ACCUMULATING) {
         if (an->comm) { /* every process then decides alike */
             amp_inject(an); /* where a process's own backward overflows: before the sum */
@@ -92,6 +93,12 @@ static void begin_step(amp_net *an, int inside_update)
         }
         unscale(an);
     }
+    /* what the step is decided on, kept until it is settled (amp_dist_reduce
+     * may have added another process's) */
+    memcpy(an->step_where, an->loss_where, sizeof an->step_where);
+    an->step_origin = an->origin_layer;
+    an->step_origin_scan = an->origin_scan;
+    an->step_origin_overflow = an->origin_overflow;
     an->step_index += 1;
     an->phase = AMP_PHASE_STEPPED;
     if (an->ops->decide) {
@@ -148,6 +155,26 @@ static void describe_loss_batch(amp_net *an, const layer *l)
         snprintf(an->loss_where + k, sizeof an->loss_where - k, " and %d more", n - 3);
 }
 
+/* A loss came out non-finite: where the first non-finite value was made. A
+ * half layer whose output holds an inf or NaN while everything before it is
+ * finite, its own parameters too, has overflowed its half type (the forward
+ * pass is not scaled: no loss scale changes that); any other layer's is a
+ * data or model problem, as a loss that is not finite with every output
+ * finite is. */
+static void find_origin(amp_net *an, int last)
+{
+    an->origin_layer = -1;
+    an->origin_overflow = 0;
+    if (!an->ops->nonfinite_output) return;
+    amp_overflow_scan s = {0, 0};
+    int params_finite = 1;
+    const int i = an->ops->nonfinite_output(an, last, &s, &params_finite);
+    if (i < 0) return;
+    an->origin_layer = i;
+    an->origin_scan = s;
+    an->origin_overflow = params_finite && an->layers[i].precision == AMP_PRECISION_HALF;
+}
+
 static void wrap_forward(layer l, network net)
 {
     const amp_layer *al = l.hook_data;
@@ -164,7 +191,10 @@ static void wrap_forward(layer l, network net)
     amp_inject_delta(an, al->index, &l);
     an->ops->scale_loss(an, &l, al->index);
     if (!an->loss_bad && l.cost && !amp_finite(*l.cost)) an->loss_bad = al->index + 1;
-    if (!was_bad && an->loss_bad) describe_loss_batch(an, &l);
+    if (!was_bad && an->loss_bad) {
+        describe_loss_batch(an, &l);
+        find_origin(an, al->index);
+    }
 }
 
 static void wrap_backward(layer l, network net)
@@ -241,27 +271,45 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, const amp_backend_ops *ops
                   ops->activations;
     amp_plan_make(an);
     if (an->plan_on) AMP_FORWARD_IF_ERROR(ops->activations(an, err, errlen));
+    amp_point_slots(an);
+    if (an->env.profile && ops->host_timing) amp_profile_install(an);
+    net->hook_data = an;
+    return AMP_OK;
+}
+
+void amp_point_slots(amp_net *an)
+{
+    network *net = an->net;
+    /* DARKNET_AMP_PROFILE's timers hold the slots: what they call changes */
+    const int timed = an->env.profile && an->ops->host_timing && net->hook_data == an;
+    an->first_update = an->last_update = -1;
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];
         amp_layer *al = &an->layers[i];
-        const amp_slots sl = ops->slots(l);
-        const int params = *sl.update != NULL;
-        if (l->cost && *sl.forward) *sl.forward = wrap_forward;
-        else if (al->forward != al->orig_forward) *sl.forward = al->forward; /* the backend's */
-        if ((params || l->cost) && *sl.backward) *sl.backward = wrap_backward;
-        else if (al->backward != al->orig_backward) *sl.backward = al->backward;
+        const amp_slots sl = an->ops->slots(l);
+        const int params = al->orig_update != NULL;
+        /* the wrappers, else what the backend installed (al->forward is
+         * darknet's own where it installed nothing) */
+        const amp_layer_fn f = l->cost ? wrap_forward : al->forward;
+        const amp_layer_fn b = params || l->cost ? wrap_backward : al->backward;
+        const amp_update_fn u = params ? wrap_update : al->update;
         if (params) {
-            *sl.update = wrap_update;
             if (an->first_update < 0) an->first_update = i;
             an->last_update = i;
         }
+        if (timed) {
+            if (al->prof.next_forward) al->prof.next_forward = f;
+            if (al->prof.next_backward) al->prof.next_backward = b;
+            if (al->prof.next_update) al->prof.next_update = u;
+            continue;
+        }
+        if (*sl.forward) *sl.forward = f;
+        if (*sl.backward) *sl.backward = b;
+        if (*sl.update) *sl.update = u;
         al->wrapped = *sl.forward != al->orig_forward || *sl.backward != al->orig_backward ||
                       *sl.update != al->orig_update;
         if (al->wrapped) l->hook_data = al;
     }
-    if (an->env.profile && ops->host_timing) amp_profile_install(an);
-    net->hook_data = an;
-    return AMP_OK;
 }
 
 void amp_net_free(amp_net *an)

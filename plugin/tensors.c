@@ -26,6 +26,8 @@ amp_net *amp_net_new(network *net)
     }
     for (int i = 0; i < net->n; ++i) an->layers[i].half_allowed = 1;
     an->bad_tensor = -1;
+    an->origin_layer = an->step_origin = -1;
+    an->grad_suspect = -1;
     return an;
 }
 

@@ -125,6 +125,31 @@ static amp_status install_half(amp_layer *al, layer *l)
     return st;
 }
 
+/* darknet's float32 forms of a layer, as this backend runs them: its own,
+ * but max-pooling threaded (same results). */
+void amp_cpu_float32_forms(amp_layer *al, const layer *l)
+{
+    al->forward = al->orig_forward;
+    al->backward = al->orig_backward;
+    if (l->type == MAXPOOL && l->forward && l->backward) { /* same results, threaded */
+        al->forward = amp_maxpool_forward;
+        al->backward = amp_maxpool_backward;
+    }
+}
+
+/* backend.h's layer_fallback: darknet's own float32 layer again. */
+static amp_status layer_fallback(amp_layer *al, layer *l, char *err, size_t errlen)
+{
+    AMP_RETURN_ERROR_IF(al->nsubs, AMP_ERR_INVALID, err, errlen,
+                        "amp: layer %d: a recurrent layer's half sub-layers do not fall back",
+                        al->index);
+    cpu_layer_free(al);
+    amp_cpu_float32_forms(al, l);
+    al->io = AMP_IO_FLOAT32;
+    al->label = NULL;
+    return AMP_OK;
+}
+
 static amp_status layer_install(amp_layer *al, layer *l, char *err, size_t errlen)
 {
     (void)err, (void)errlen;
@@ -137,10 +162,7 @@ static amp_status layer_install(amp_layer *al, layer *l, char *err, size_t errle
         al->precision = AMP_PRECISION_HALF;
     else if (al->precision == AMP_PRECISION_HALF && install_half(al, l) != AMP_OK)
         al->precision = AMP_PRECISION_FALLBACK;
-    if (l->type == MAXPOOL && l->forward && l->backward) { /* same results, threaded */
-        al->forward = amp_maxpool_forward;
-        al->backward = amp_maxpool_backward;
-    }
+    if (l->type == MAXPOOL) amp_cpu_float32_forms(al, l);
     /* what the activation plan may store in half around it (storage.c) */
     if (al->precision == AMP_PRECISION_HALF && !al->nsubs && l->type != LOCAL &&
         an->scaler->opt.dtype != AMP_DTYPE_FLOAT32)
@@ -384,6 +406,8 @@ const amp_backend_ops amp_cpu_backend = {
     .layer_install = layer_install,
     .layer_free = layer_free,
     .activations = amp_cpu_activations,
+    .activations_release = amp_cpu_activations_release,
+    .layer_fallback = layer_fallback,
     .begin_batch = begin_batch,
     .scale_loss = scale_loss,
     .rescale = rescale,
@@ -395,5 +419,6 @@ const amp_backend_ops amp_cpu_backend = {
     .poke_delta = poke_delta,
     .flushed = flushed,
     .memory = memory,
+    .nonfinite_output = amp_cpu_nonfinite_output,
     .describe = describe,
 };

@@ -235,6 +235,9 @@ void amp_movement_install(amp_layer *al, layer *l);
  * delta of layer i (NULL: not half). */
 amp_status amp_cpu_activations(amp_net *an, char *err, size_t errlen);
 void amp_cpu_activations_release(amp_net *an);
+/* backend.c: darknet's float32 forms of l into al (its own; max-pooling
+ * threaded): at install, and where a layer leaves the plan's half region. */
+void amp_cpu_float32_forms(amp_layer *al, const layer *l);
 float *amp_cpu_reserve(amp_buffer *b, size_t n);
 /* Large buffers straight from the operating system (mmap), given back to it
  * when freed: the arena and scratchpad grow layer by layer in the first
@@ -245,6 +248,8 @@ void amp_cpu_unmap(void *p, size_t bytes);
  * contents not kept); nonzero when out of memory, *p unchanged. */
 int amp_cpu_grow_mapped(void **p, size_t *bytes, size_t need);
 uint16_t *amp_cpu_half_delta(const amp_net *an, int i);
+/* backend.h's nonfinite_output: the layers' outputs as storage.c keeps them. */
+int amp_cpu_nonfinite_output(amp_net *an, int last, amp_overflow_scan *scan, int *finite_params);
 /* Layer i's output as the plan stores it in half, NHWC: c channels by hw
  * positions per image (out_c by out_h x out_w; outputs by 1 for a layer
  * without a spatial shape). */

@@ -106,7 +106,8 @@ void amp_maxpool_backward(layer l, network net)
     const int planes = l.batch * l.c, per = l.out_h * l.out_w;
 #pragma omp parallel for schedule(static) if ((long)planes * per > 16384)
     for (int p = 0; p < planes; ++p)
-        for (int i = p * per; i < (p + 1) * per; ++i) net.delta[l.indexes[i]] += l.delta[i];
+        for (int i = p * per; i < (p + 1) * per; ++i) /* a window of NaNs has no maximum */
+            if (l.indexes[i] >= 0) net.delta[l.indexes[i]] += l.delta[i];
 }
 
 /* ---- On the activation plan's half storage (storage.c) ----
@@ -321,7 +322,7 @@ void amp_maxpool_nhwc_backward(const layer *l, amp_dtype dt, const uint16_t *d, 
         amp_cpu_from_half(dt, db, dx, (size_t)per_in);
         const long base = b * per_in;
         for (long k = b * per_out; k < (b + 1) * per_out; ++k)
-            dx[idx[k] - base] += half_value(d, k, bf16);
+            if (idx[k] >= 0) dx[idx[k] - base] += half_value(d, k, bf16); /* -1: all NaN */
         amp_cpu_to_half(dt, dx, db, (size_t)per_in);
     }
     free(bufs);

@@ -34,6 +34,8 @@
 #define _DEFAULT_SOURCE 1 /* MAP_ANONYMOUS (POSIX from 2024 only) */
 #include "cpu.h"
 
+#include "math/half_format.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -335,6 +337,56 @@ amp_status amp_cpu_activations(amp_net *an, char *err, size_t errlen)
     return place_deltas(an, err, errlen);
 }
 
+/* ---- the origin of a non-finite loss (backend.h's nonfinite_output) ---- */
+
+static void scan_half(amp_dtype dt, const uint16_t *h, size_t n, amp_overflow_scan *s)
+{
+    for (size_t i = 0; i < n; ++i)
+        amp_overflow_add(s, dt == AMP_DTYPE_BFLOAT16 ? amp_bf16_to_f32(h[i]) : amp_f16_to_f32(h[i]));
+}
+
+static void scan_f32(const float *x, size_t n, amp_overflow_scan *s)
+{
+    for (size_t i = 0; i < n; ++i) amp_overflow_add(s, x[i]);
+}
+
+static int params_finite(const layer *l)
+{
+    amp_overflow_scan s = {0, 0};
+    if (l->weights) scan_f32(l->weights, (size_t)l->nweights, &s);
+    if (l->biases) scan_f32(l->biases, (size_t)l->n, &s);
+    if (l->scales && l->batch_normalize) scan_f32(l->scales, (size_t)l->n, &s);
+    return s.nonfinite == 0;
+}
+
+int amp_cpu_nonfinite_output(amp_net *an, int last, amp_overflow_scan *scan, int *finite_params)
+{
+    const network *net = an->net;
+    const amp_dtype dt = an->scaler->opt.dtype;
+    for (int i = 0; i <= last && i < net->n; ++i) {
+        const layer *l = &net->layers[i];
+        const amp_layer *al = &an->layers[i];
+        const cpu_layer *c = al->bk ? cpu_layer_of(al) : NULL;
+        const size_t n = (size_t)l->outputs * l->batch;
+        amp_overflow_scan s = {0, 0};
+        /* the convolution's output before batch-norm first, where it is kept:
+         * the half overflow shows there as inf, batch-norm makes NaN of it */
+        if (al->x_half && c && c->x_h) scan_half(dt, c->x_h, n, &s);
+        else if (l->batch_normalize && l->x) scan_f32(l->x, n, &s);
+        if (!s.nonfinite) {
+            s = (amp_overflow_scan){0, 0};
+            if (al->out_half) scan_half(dt, (const uint16_t *)l->output, n, &s);
+            else if (l->output) scan_f32(l->output, n, &s);
+        }
+        if (s.nonfinite) {
+            *scan = s;
+            *finite_params = params_finite(l);
+            return i;
+        }
+    }
+    return -1;
+}
+
 void amp_cpu_activations_release(amp_net *an)
 {
     network *net = an->net;
@@ -354,6 +406,8 @@ void amp_cpu_activations_release(amp_net *an)
             l->x = calloc(n, sizeof(float));
             l->x_norm = calloc(n, sizeof(float));
         }
+        if (al->region) amp_cpu_float32_forms(al, l); /* its half form undone */
+        if (al->bk) amp_onednn_plan_io(cpu_layer_of(al), AMP_DTYPE_FLOAT32, AMP_DTYPE_FLOAT32);
         al->out_half = al->x_half = al->region = 0;
     }
 }

@@ -61,6 +61,12 @@ typedef struct amp_options {
     int half_activations;  /* amp_activations: 1 (half, the default) stores the tensors
                               between half layers in the half dtype where the backend can;
                               0 (float32) keeps every tensor darknet's float32 */
+    int fallback;          /* amp_fallback: 1 (the default) runs a half layer that overflows
+                              its dtype where no loss scale helps in float32 from the next
+                              step on; 0 leaves it in half (amp_max_skips applies) */
+    long fallback_after;   /* amp_fallback_after: that many steps in a row skipped at
+                              amp_min_scale, each first non-finite in the same half layer's
+                              gradients, make it fall back too; >= 1 */
 } amp_options;
 
 /* Defaults: PyTorch GradScaler's (65536, x2, x0.5, 2000), hysteresis 1, scale in

@@ -79,4 +79,28 @@ AMP_HD static inline float amp_clip_scaled(float x, float s)
     return x > s ? s : x < -s ? -s : x; /* fminf(s, fmaxf(-s, x)) for finite x */
 }
 
+/* A layer's output scanned for a half overflow (the activation fallback,
+ * docs/design.md): how many elements are inf or NaN, and the largest
+ * magnitude among the finite ones, accumulated element by element, on the
+ * host (plugin/cpu/storage.c) and in the CUDA kernel (cuda/overflow.cu), and
+ * merged per thread or block. */
+typedef struct amp_overflow_scan {
+    unsigned long long nonfinite;
+    float max_finite;
+} amp_overflow_scan;
+
+AMP_HD static inline void amp_overflow_add(amp_overflow_scan *s, float x)
+{
+    const uint32_t bad = amp_nonfinite_bits(x);
+    const float mag = amp_f32_from_bits(amp_f32_bits(x) & 0x7fffffffu);
+    s->nonfinite += bad;
+    if (!bad && mag > s->max_finite) s->max_finite = mag;
+}
+
+AMP_HD static inline void amp_overflow_merge(amp_overflow_scan *a, const amp_overflow_scan *b)
+{
+    a->nonfinite += b->nonfinite;
+    if (b->max_finite > a->max_finite) a->max_finite = b->max_finite;
+}
+
 #endif

@@ -40,8 +40,13 @@ s2=$(grep -o 'stays [0-9]*' "$out/a.err" | sort -u | wc -l)
 [ -z "$changed" ] && [ "$s2" -eq 1 ] \
     && ok "the scale did not change over the skipped steps: $(grep -o 'stays [0-9]*' "$out/a.err" | head -n 1); progress: $(grep -o 'scale [0-9]*, [0-9]* skipped' "$out/a.log" | tr '\n' ';')" \
     || bad "the scale changed: $changed"
-grep -q "2 more steps skipped for a non-finite loss" "$out/a.err" && ok "the summary counts them apart" \
+grep -Eq "amp: skipped: [0-9]+ for a gradient overflow, 0 for a half layer's forward overflow, 2 for a non-finite loss" "$out/a.err" \
+    && ok "the summary counts them apart: $(grep 'amp: skipped:' "$out/a.err")" \
     || bad "summary: $(grep 'amp: .*skipped' "$out/a.err" | tail -n 2)"
+sum=$(grep 'amp: training done:' "$out/a.err")
+total=$(echo "$sum" | sed -n 's/.*done: \([0-9]*\) steps, \([0-9]*\) skipped.*/\1 \2/p')
+grads=$(sed -n "s/amp: skipped: \([0-9]*\) for a gradient.*/\1/p" "$out/a.err")
+[ "$total" = "3 $((grads + 2))" ] && ok "every step and every skip counted: $sum" || bad "counts: $sum (gradient overflows: $grads)"
 
 sed 's/^\[net\]/[net]\namp_max_skips=2/' "$cfg" > "$out/max.cfg"
 DARKNET_AMP_INJECT="$yolo1:delta:nan:1,2" DARKNET_SEED=1 \

@@ -95,6 +95,8 @@ static amp_options defaults(amp_dtype dtype, int dynamic, float init)
     o.max_scale = 16777216.0f;
     o.max_skips = 0;
     o.half_activations = 1;
+    o.fallback = 1;
+    o.fallback_after = 3;
     return o;
 }
 
@@ -117,6 +119,8 @@ static int same_options(const amp_options *a, const amp_options *b, char *diff, 
     FIELD(max_scale, "%.9g")
     FIELD(max_skips, "%ld")
     FIELD(half_activations, "%d")
+    FIELD(fallback, "%d")
+    FIELD(fallback_after, "%ld")
 #undef FIELD
     return 1;
 }
@@ -125,10 +129,11 @@ static void describe_options(char *buf, size_t n, int enabled, const amp_options
 {
     snprintf(buf, n,
              "amp=%d %s %s init=%.9g growth=%.9g backoff=%.9g interval=%ld hysteresis=%d "
-             "scale in [%.9g, %.9g] max_skips=%ld activations=%s",
+             "scale in [%.9g, %.9g] max_skips=%ld activations=%s fallback=%d after %ld",
              enabled, amp_dtype_name(o->dtype), o->dynamic ? "dynamic" : "static", o->init_scale,
              o->growth_factor, o->backoff_factor, o->growth_interval, o->hysteresis,
-             o->min_scale, o->max_scale, o->max_skips, o->half_activations ? "half" : "float32");
+             o->min_scale, o->max_scale, o->max_skips, o->half_activations ? "half" : "float32",
+             o->fallback, o->fallback_after);
 }
 
 static void expect_ok(const char *net_keys, amp_dtype def, int enabled, amp_options want)
@@ -232,6 +237,9 @@ static void good_values(void)
     expect_ok("amp=1\namp_activations=half", F16, 1, defaults(F16, 1, 65536));
     expect_ok("amp=1\namp_activations=FLOAT32", BF16, 1,
               (o = defaults(BF16, 0, 1), o.half_activations = 0, o));
+    expect_ok("amp=1\namp_fallback=0", F16, 1, (o = defaults(F16, 1, 65536), o.fallback = 0, o));
+    expect_ok("amp=1\namp_fallback=1\namp_fallback_after=1", BF16, 1,
+              (o = defaults(BF16, 0, 1), o.fallback_after = 1, o));
 
     /* A dynamic-only key makes bfloat16 dynamic instead of being ignored. */
     expect_ok("amp=1\namp_growth_interval=100", BF16, 1,
@@ -368,6 +376,12 @@ static const bad_case bad_values[] = {
 
     {"amp_activations=nchw", "amp_activations=nchw|expected half or float32"},
     {"amp_activations=1", "amp_activations=1|expected half or float32"},
+
+    {"amp_fallback=2", "amp_fallback=2|expected 0 or 1"},
+    {"amp_fallback=yes", "amp_fallback=yes|expected 0 or 1"},
+    {"amp_fallback_after=0", "amp_fallback_after=0|expected an integer >= 1"},
+    {"amp_fallback_after=-3", "amp_fallback_after=-3|expected an integer >= 1"},
+    {"amp_fallback_after=2.5", "amp_fallback_after=2.5|expected an integer >= 1"},
 
     /* Keys against each other. */
     {"amp_min_scale=100\namp_max_scale=10",

@@ -71,6 +71,8 @@ static const struct {
     {"amp_min_scale", NUMBER, 0},
     {"amp_max_scale", NUMBER, 0},
     {"amp_max_skips", INTEGER, 0},
+    {"amp_fallback", INTEGER, 0},
+    {"amp_fallback_after", INTEGER, 0},
 };
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
 

@@ -1,0 +1,98 @@
+#!/bin/sh
+# A half layer that overflows float16 in its forward pass, through `darknet
+# detector train` (the embedded detector, float16, dynamic scale): starting
+# weights whose layer 2 is 1e5 times too large (scale_weights), as a large
+# learning rate or imported weights leave them. FP32 trains from them.
+# - amp_fallback (the default): step 1 is skipped and named for what it is
+#   (layer 2, the forward pass, its largest finite magnitude against
+#   float16's 65504, not a data problem), layer 2 runs in float32 from step 2
+#   on (one line, and the precision table at the end), every skip is counted
+#   (the summary's total matches the progress line, split by cause), and the
+#   loss of the last 10 iterations is finite and within 1.5x FP32's;
+# - amp_fallback=0 amp_max_skips=3: the same diagnosis, no fallback, and the
+#   stop after 3 such steps (exit 1) with what to do;
+# - the same weights and cfg without the large layer (the usual float16
+#   start, whose first steps overflow in the backward pass while the scale
+#   backs off): no fallback.
+# - the gradient rule: layer 2's weight gradient made infinite
+#   (DARKNET_AMP_INJECT) at steps 2-4 in bfloat16, whose static scale of 1 is
+#   the minimum: after the third such skip in a row layer 2 falls back; with
+#   amp_fallback_after=4, three are not enough.
+#   fallback.sh DARKNET SCALE_WEIGHTS DATA_DIR CFG OUT   (CFG: amp=1 float16)
+set -u
+darknet=$1 scale=$2 data_dir=$3 cfg=$4 out=$5
+rm -rf "$out" && mkdir -p "$out"
+fails=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+sed "s|^backup *=.*|backup = $out|" "$data_dir/shapes.data" > "$out/s.data"
+sed 's/^max_batches=.*/max_batches=30/' "$cfg" > "$out/amp.cfg"
+sed 's/^amp=1$/amp=0/' "$out/amp.cfg" > "$out/fp32.cfg"
+"$scale" "$cfg" 1 2 1e5 "$out/big.weights" > "$out/scale.log" 2>&1 || { cat "$out/scale.log"; exit 1; }
+"$scale" "$cfg" 1 2 1 "$out/plain.weights" > "$out/scale.log" 2>&1 || { cat "$out/scale.log"; exit 1; }
+train() { # cfg weights name
+    DARKNET_SEED=1 "$darknet" detector train "$out/s.data" "$1" "$2" -nogpu > "$out/$3.log" 2> "$out/$3.err"
+}
+# the loss column of the progress lines of 10 iterations from the (N+1)-th, averaged
+mean10() { # log N
+    awk -F'[:,]' -v a="$2" '/^ *[0-9]+: / && $1 + 0 > a && $1 + 0 <= a + 10 { s += $2; n++ }
+        END { if (n == 10) printf "%.4f", s / n; else print "nan" }' "$1"
+}
+
+train "$out/fp32.cfg" "$out/big.weights" fp32 || bad "FP32 run failed: $(tail -n 1 "$out/fp32.err")"
+
+train "$out/amp.cfg" "$out/big.weights" amp
+rc=$?
+[ $rc -eq 0 ] && ok "AMP float16 ran to the end" || bad "AMP float16 exited $rc: $(tail -n 2 "$out/amp.err")"
+l1=$(grep "amp: step 1 skipped: layer 2 \[convolutional\] overflowed float16 in its forward pass" "$out/amp.err")
+echo "$l1" | grep -q "largest finite magnitude [0-9.e+]*, float16's largest 65504" \
+    && echo "$l1" | grep -q "not a data problem" \
+    && ok "step 1 named for what it is: $(echo "$l1" | cut -c1-300)..." \
+    || bad "step 1: $(grep 'amp: step 1' "$out/amp.err")"
+grep -q "non-finite loss in layer" "$out/amp.err" && bad "a step called a data problem: $(grep -m1 'non-finite loss in layer' "$out/amp.err")" \
+    || ok "no step called a data or model problem"
+fb=$(grep -c "amp: layer 2 \[convolutional\] runs in float32 from the next step on: its forward pass overflowed float16" "$out/amp.err")
+[ "$fb" -eq 1 ] && ok "layer 2 fell back once: $(grep 'runs in float32' "$out/amp.err")" || bad "$fb fallback lines"
+grep -Eq "amp:   float32 \(fell back: forward overflow\) +1 layers: 2$" "$out/amp.err" \
+    && ok "the precision table at the end shows it: $(grep 'fell back: forward' "$out/amp.err")" \
+    || bad "no fell-back row in the end table: $(grep -A6 'fell back to float32' "$out/amp.err")"
+last=$(grep -E '^ *30: ' "$out/amp.log" | sed -n 's/.*, \([0-9]*\) skipped$/\1/p')
+sum=$(grep 'amp: training done:' "$out/amp.err")
+split=$(grep 'amp: skipped:' "$out/amp.err")
+grads=$(echo "$split" | sed -n 's/amp: skipped: \([0-9]*\) for a gradient.*/\1/p')
+echo "$sum" | grep -q "done: 30 steps, $last skipped" && [ "$last" = "$((grads + 1))" ] \
+    && echo "$split" | grep -q ", 1 for a half layer's forward overflow, 0 for a non-finite loss" \
+    && ok "every skip counted, by cause: $sum; $split; progress: $last skipped" \
+    || bad "counts: '$sum' '$split', progress line $last skipped"
+# AMP's last 10 iterations took their steps $last fewer than FP32's did by then
+got=$(mean10 "$out/amp.log" 20) ref=$(mean10 "$out/fp32.log" $((20 - last)))
+echo "$got $ref" | awk '$1 == $1 + 0 && $2 == $2 + 0 && $1 < 1.5 * $2 { exit 0 } { exit 1 }' \
+    && ok "mean loss of iterations 21-30: AMP $got against FP32's $ref after as many steps taken (iterations $((21 - last))-$((30 - last)); bound 1.5x)" \
+    || bad "mean loss of iterations 21-30: AMP $got against FP32's $ref after as many steps taken (iterations $((21 - last))-$((30 - last)); bound 1.5x)"
+
+sed 's/^\[net\]/[net]\namp_fallback=0\namp_max_skips=3/' "$out/amp.cfg" > "$out/off.cfg"
+train "$out/off.cfg" "$out/big.weights" off
+rc=$?
+stop=$(grep "amp: 3 consecutive steps skipped (amp_max_skips=3): layer 2 \[convolutional\] overflowed float16 in its forward pass" "$out/off.err")
+[ $rc -eq 1 ] && echo "$stop" | grep -q "amp=0 in its section" && ! grep -q "runs in float32" "$out/off.err" \
+    && ok "amp_fallback=0: no fallback, stopped at amp_max_skips (exit 1): $(echo "$stop" | cut -c1-240)..." \
+    || bad "amp_fallback=0: exit $rc, $(tail -n 2 "$out/off.err")"
+
+sed 's/^max_batches=.*/max_batches=12/' "$out/amp.cfg" > "$out/plain.cfg"
+train "$out/plain.cfg" "$out/plain.weights" plain
+g=$(sed -n 's/amp: training done: 12 steps, \([0-9]*\) skipped.*/\1/p' "$out/plain.err")
+[ "${g:-0}" -gt 0 ] && ! grep -q "runs in float32" "$out/plain.err" \
+    && ok "the usual float16 start: $g steps skipped for a backward overflow while the scale backed off, no fallback" \
+    || bad "plain weights: $(grep -E 'runs in float32|amp: skipped' "$out/plain.err")"
+sed 's/^amp_dtype=float16$/amp_dtype=bfloat16/' "$out/plain.cfg" > "$out/bf16.cfg"
+DARKNET_AMP_INJECT="2:weights:inf:2,3,4" train "$out/bf16.cfg" "$out/plain.weights" grad
+line=$(grep "amp: layer 2 \[convolutional\] runs in float32 from the next step on: its gradients were the first not finite in 3 steps in a row skipped at the minimum loss scale, 1" "$out/grad.err")
+skips=$(grep -c "amp: step [234] skipped: non-finite gradient, first in layer 2 \[convolutional\] weights" "$out/grad.err")
+[ -n "$line" ] && [ "$skips" -eq 3 ] && grep -Eq "amp:   float32 \(fell back: gradient overflow\) +1 layers: 2$" "$out/grad.err" \
+    && ok "gradient rule, bfloat16 at its static scale 1: $line" \
+    || bad "gradient rule: $skips skips; $(grep -E 'runs in float32|fell back' "$out/grad.err")"
+sed 's/^\[net\]/[net]\namp_fallback_after=4/' "$out/bf16.cfg" > "$out/after4.cfg"
+DARKNET_AMP_INJECT="2:weights:inf:2,3,4" train "$out/after4.cfg" "$out/plain.weights" after4
+grep -q "runs in float32" "$out/after4.err" && bad "amp_fallback_after=4: fell back after 3: $(grep 'runs in float32' "$out/after4.err")" \
+    || ok "amp_fallback_after=4: 3 such skips in a row leave layer 2 in bfloat16"
+[ $fails -eq 0 ] && echo "PASS: fallback" || { echo "FAIL: $fails failed checks"; exit 1; }

@@ -361,7 +361,9 @@ void amp_unregister(void)
 
 /* ---- networks built by a program ---- */
 
-amp_status amp_attach(network *net, amp_scaler *s, char *err, size_t errlen)
+/* Attaches AMP with s as the scaler; owned: the attachment frees s and steps
+ * it inside darknet's update_network (a cfg's amp=1 does the same). */
+static amp_status attach_with(network *net, amp_scaler *s, int owned, char *err, size_t errlen)
 {
     AMP_RETURN_ERROR_IF(!net, AMP_ERR_INVALID, err, errlen, "amp_attach: NULL network");
     AMP_RETURN_ERROR_IF(net->hook_data, AMP_ERR_STATE, err, errlen,
@@ -370,25 +372,35 @@ amp_status amp_attach(network *net, amp_scaler *s, char *err, size_t errlen)
     AMP_RETURN_ERROR_IF(!darknet_get_hooks() && amp_register() != AMP_OK, AMP_ERR_STATE, err,
                         errlen, "amp_attach: cannot register darknet's hooks");
     amp_net *an = amp_net_new(net);
-    AMP_RETURN_ERROR_IF(!an, AMP_ERR_NOMEM, err, errlen, "amp_attach: out of memory");
-    an->enabled = 1;
-    if (!s) {
-        amp_options o;
-        amp_options_init(&o, AMP_DTYPE_FLOAT32);
-        amp_status st = amp_scaler_create(&o, &s, err, errlen);
-        if (st != AMP_OK) {
-            amp_net_free(an);
-            return st;
-        }
-        an->owns_scaler = 1;
+    if (!an) {
+        if (owned) amp_scaler_free(s);
+        AMP_RETURN_ERROR_IF(1, AMP_ERR_NOMEM, err, errlen, "amp_attach: out of memory");
     }
+    an->enabled = 1;
+    an->owns_scaler = owned;
     amp_status st = amp_net_attach(an, s, amp_backend_for(net), err, errlen);
     if (st != AMP_OK) {
-        an->scaler = an->owns_scaler ? s : NULL; /* an owned scaler goes with it */
+        an->scaler = owned ? s : NULL; /* an owned scaler goes with it */
         amp_net_free(an);
         net->hook_data = NULL;
     }
     return st;
+}
+
+amp_status amp_attach(network *net, amp_scaler *s, char *err, size_t errlen)
+{
+    if (s) return attach_with(net, s, 0, err, errlen);
+    amp_options o;
+    amp_options_init(&o, AMP_DTYPE_FLOAT32);
+    return amp_attach_options(net, &o, err, errlen);
+}
+
+amp_status amp_attach_options(network *net, const amp_options *o, char *err, size_t errlen)
+{
+    AMP_RETURN_ERROR_IF(!o, AMP_ERR_INVALID, err, errlen, "amp_attach_options: NULL options");
+    amp_scaler *s = NULL;
+    AMP_FORWARD_IF_ERROR(amp_scaler_create(o, &s, err, errlen));
+    return attach_with(net, s, 1, err, errlen);
 }
 
 void amp_detach(network *net)

@@ -28,15 +28,27 @@ static inline network *test_net(const char *cfg, int gpu)
     return parse_network_cfg((char *)cfg);
 }
 
+/* AMP on net with a scaler of options o: an explicit one on the CPU (the
+ * scale is updated by amp_update, and a static scale never is); on the GPU,
+ * which refuses explicit scalers, one of its own (amp_attach_options). */
+static inline amp_status test_attach_options(network *net, const amp_options *o, char *err,
+                                             size_t errlen)
+{
+#ifdef GPU
+    if (net->gpu_index >= 0) return amp_attach_options(net, o, err, errlen);
+#endif
+    amp_scaler *s = NULL;
+    amp_status st = amp_scaler_create(o, &s, err, errlen);
+    return st == AMP_OK ? amp_attach(net, s, err, errlen) : st;
+}
+
 /* Attaches AMP with a scaler of options o; DARKNET_AMP_CPU=cpu_path when not
  * NULL. A failure ends the test. */
 static inline network *test_attach(network *net, const amp_options *o, const char *cpu_path)
 {
     if (cpu_path) setenv("DARKNET_AMP_CPU", cpu_path, 1);
-    amp_scaler *s = NULL;
     char err[512] = "";
-    if (amp_scaler_create(o, &s, err, sizeof err) != AMP_OK ||
-        amp_attach(net, s, err, sizeof err) != AMP_OK) {
+    if (test_attach_options(net, o, err, sizeof err) != AMP_OK) {
         printf("FAIL: attach (%s): %s\n", amp_dtype_name(o->dtype), err);
         exit(1);
     }

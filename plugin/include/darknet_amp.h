@@ -114,6 +114,11 @@ AMP_API unsigned long long amp_scaler_skips(const amp_scaler *s);
  * discriminator's input delta of another scaler) must be multiplied by
  * amp_scaler_get_scale() too. */
 AMP_API amp_status amp_attach(struct network *net, amp_scaler *s, char *err, size_t errlen);
+/* Attaches AMP with a scaler of its own made from o, stepped inside darknet's
+ * update_network as with amp=1 in a cfg: no amp_step or amp_update to call.
+ * The way to attach on the GPU, where an explicit scaler is refused. */
+AMP_API amp_status amp_attach_options(struct network *net, const amp_options *o, char *err,
+                                      size_t errlen);
 AMP_API void amp_detach(struct network *net);
 /* The scaler a network uses, or NULL when AMP is not attached. */
 AMP_API amp_scaler *amp_network_scaler(const struct network *net);

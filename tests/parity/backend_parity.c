@@ -135,9 +135,7 @@ static network *build(const char *cfg, const net_spec *sp)
     o.dynamic = 0;
     o.init_scale = 1;
     o.half_activations = plan_on; /* off: every layer's arrays are darknet's float32 */
-    amp_scaler *s = NULL;
-    if (amp_scaler_create(&o, &s, err, sizeof err) != AMP_OK ||
-        amp_attach(net, s, err, sizeof err) != AMP_OK) {
+    if (test_attach_options(net, &o, err, sizeof err) != AMP_OK) {
         printf("FAIL: attach (%s, %s): %s\n", amp_dtype_name(sp->dtype), sp->gpu ? "GPU" : "CPU",
                err);
         exit(1);

@@ -78,9 +78,8 @@ typedef enum amp_precision {
 typedef enum amp_fallback_why {
     AMP_FELL_NONE,
     AMP_FELL_FORWARD,  /* its forward pass overflowed the half type */
-    AMP_FELL_GRADIENT, /* its gradients, first not finite, in amp_fallback_after skipped
+    AMP_FELL_GRADIENT  /* its gradients, first not finite, in amp_fallback_after skipped
                           steps in a row at the minimum loss scale */
-    AMP_FELL_RESUMED   /* the state file says it fell back in an earlier run */
 } amp_fallback_why;
 
 /* How a layer's backend can store the tensors it reads and writes (its
@@ -152,6 +151,7 @@ typedef struct amp_layer {
     int x_half;         /* an AMP_IO_CONVERTS layer's batch-norm input stored in half (its
                            normalised values made again from it in the backward) */
     amp_fallback_why fell_back; /* AMP_PRECISION_FELL_BACK: why */
+    int fell_back_earlier;      /* ... in the run that saved the state file resumed from */
     int delta_from;     /* out_half: the layer whose backward is the first to add into
                            the delta (its last reader), which zeroes it first; the delta
                            lives from there to this layer's backward, in storage it
@@ -332,7 +332,7 @@ amp_status amp_scaler_apply(amp_scaler *s, char *err, size_t errlen);
 /* ---- fallback.c: amp_fallback (docs/design.md) ---- */
 /* Half layer k runs darknet's float32 code from the next step on, for why:
  * the backend's layer_fallback, the activation plan made again, the slots
- * pointed again; a line on stderr unless why is AMP_FELL_RESUMED. AMP_OK
+ * pointed again. AMP_OK
  * also when k is not a half layer (nothing to do); a status and its message
  * when the backend cannot. Only between steps. */
 amp_status amp_fall_back(amp_net *an, int k, amp_fallback_why why, char *err, size_t errlen);
@@ -342,6 +342,14 @@ int amp_fallback_forward(amp_net *an, int k);
 /* Any other step, settled (skipped, bad_tensor the first non-finite
  * gradient, at batch_scale; or taken): the gradient rule. */
 void amp_fallback_gradient(amp_net *an, int skipped, int bad_tensor, float batch_scale);
+/* What the state file keeps of fallbacks: the skip counts and the layers. */
+struct amp_state_extra;
+void amp_fallback_save(const amp_net *an, struct amp_state_extra *x);
+/* Resumes them from a state file's (from: its name, for the lines said):
+ * the counts, and each listed layer that runs in half now falls back (not
+ * with amp_fallback=0; a layer the network lacks is said and ignored). */
+amp_status amp_fallback_resume(amp_net *an, const struct amp_state_extra *x, const char *from,
+                               char *err, size_t errlen);
 /* The layers that fell back, and the precision table as the run ends. */
 void amp_fallback_report(const amp_net *an, FILE *out);
 

@@ -14,6 +14,7 @@
  */
 #include "backend.h"
 #include "network.h" /* get_layer_string */
+#include "state_file.h"
 
 #include <stdio.h>
 
@@ -22,7 +23,8 @@ static const char *layer_name(const amp_net *an, int k)
     return get_layer_string(an->net->layers[k].type);
 }
 
-amp_status amp_fall_back(amp_net *an, int k, amp_fallback_why why, char *err, size_t errlen)
+static amp_status fall_back(amp_net *an, int k, amp_fallback_why why, int earlier, char *err,
+                            size_t errlen)
 {
     amp_layer *al = &an->layers[k];
     layer *l = &an->net->layers[k];
@@ -36,11 +38,17 @@ amp_status amp_fall_back(amp_net *an, int k, amp_fallback_why why, char *err, si
     AMP_FORWARD_IF_ERROR(an->ops->layer_fallback(al, l, err, errlen));
     al->precision = AMP_PRECISION_FELL_BACK;
     al->fell_back = why;
-    an->fallbacks += why != AMP_FELL_RESUMED;
+    al->fell_back_earlier = earlier;
+    an->fallbacks += !earlier;
     amp_plan_make(an);
     if (replan) AMP_FORWARD_IF_ERROR(an->ops->activations(an, err, errlen));
     amp_point_slots(an);
     return AMP_OK;
+}
+
+amp_status amp_fall_back(amp_net *an, int k, amp_fallback_why why, char *err, size_t errlen)
+{
+    return fall_back(an, k, why, 0, err, errlen);
 }
 
 static int fall_back_or_fail(amp_net *an, int k, amp_fallback_why why, const char *because)
@@ -98,8 +106,61 @@ void amp_fallback_gradient(amp_net *an, int skipped, int bad_tensor, float batch
 
 void amp_fallback_report(const amp_net *an, FILE *out)
 {
-    if (!an->fallbacks) return;
-    fprintf(out, "amp: %d layer%s fell back to float32 in this run; layer precision at the end:\n",
-            an->fallbacks, an->fallbacks == 1 ? "" : "s");
+    int earlier = 0;
+    for (int k = 0; k < an->net->n; ++k)
+        earlier += an->layers[k].precision == AMP_PRECISION_FELL_BACK &&
+                   an->layers[k].fell_back_earlier;
+    if (!an->fallbacks && !earlier) return;
+    fprintf(out, "amp: %d layer%s fell back to float32 in this run", an->fallbacks,
+            an->fallbacks == 1 ? "" : "s");
+    if (earlier) fprintf(out, ", %d in an earlier run", earlier);
+    fprintf(out, "; layer precision at the end:\n");
     amp_policy_print(an, out);
+}
+
+void amp_fallback_save(const amp_net *an, amp_state_extra *x)
+{
+    x->forward_skips = an->forward_skips;
+    x->loss_skips = an->loss_skips;
+    x->nfallback = 0;
+    for (int k = 0; k < an->net->n && x->nfallback < AMP_STATE_MAX_FALLBACK; ++k) {
+        if (an->layers[k].precision != AMP_PRECISION_FELL_BACK) continue;
+        x->fallback[x->nfallback].layer = k;
+        x->fallback[x->nfallback].why = an->layers[k].fell_back;
+        x->nfallback += 1;
+    }
+}
+
+amp_status amp_fallback_resume(amp_net *an, const amp_state_extra *x, const char *from, char *err,
+                               size_t errlen)
+{
+    an->forward_skips = x->forward_skips;
+    an->loss_skips = x->loss_skips;
+    if (!x->nfallback) return AMP_OK;
+    if (!an->scaler->opt.fallback) {
+        fprintf(stderr, "amp: %s lists %d layer%s put back to float32 in an earlier run; "
+                        "amp_fallback=0: %s in %s again\n",
+                from, x->nfallback, x->nfallback == 1 ? "" : "s",
+                x->nfallback == 1 ? "it runs" : "they run", amp_dtype_name(an->scaler->opt.dtype));
+        return AMP_OK;
+    }
+    int kept = 0;
+    for (int i = 0; i < x->nfallback; ++i) {
+        const int k = x->fallback[i].layer;
+        if (k >= an->net->n) {
+            fprintf(stderr, "amp: %s: layer %d fell back to float32 in an earlier run, but %s has "
+                            "%d layers: ignored\n",
+                    from, k, an->cfgfile, an->net->n);
+            continue;
+        }
+        if (an->layers[k].precision != AMP_PRECISION_HALF) continue; /* float32 anyway */
+        AMP_FORWARD_IF_ERROR(
+            fall_back(an, k, (amp_fallback_why)x->fallback[i].why, 1, err, errlen));
+        kept += 1;
+    }
+    if (kept)
+        fprintf(stderr, "amp: %d layer%s run%s in float32 as in the run that saved %s "
+                        "(amp_fallback)\n",
+                kept, kept == 1 ? "" : "s", kept == 1 ? "s" : "", from);
+    return AMP_OK;
 }

@@ -9,6 +9,7 @@
 #include "state_file.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The parse record lives in net->hook_data from [net] to network_parsed. */
@@ -123,15 +124,23 @@ amp_status amp_save_state(const network *net, const char *weights, char *err, si
      * file yet: such a state loads beside any weights). */
     amp_weights_id id;
     AMP_FORWARD_IF_ERROR(amp_weights_identify(weights, &id, err, errlen));
-    return amp_state_file_write(weights, an->scaler->opt.dtype, &an->scaler->state, &id, err,
-                                errlen);
+    amp_state_extra *x = malloc(sizeof *x);
+    AMP_RETURN_ERROR_IF(!x, AMP_ERR_NOMEM, err, errlen, "%s.amp: out of memory", weights);
+    amp_fallback_save(an, x);
+    const amp_status st =
+        amp_state_file_write(weights, an->scaler->opt.dtype, &an->scaler->state, &id, x, err,
+                             errlen);
+    free(x);
+    return st;
 }
 
 /* amp_load_state; *stale set when a state file was there but belongs to
- * other weights (the scaler then starts afresh). */
-static amp_status load_state(network *net, const char *weights, int *found, int *stale, char *err,
-                             size_t errlen)
+ * other weights (the scaler then starts afresh); *x what the file keeps of
+ * fallbacks (zeros when none is resumed). */
+static amp_status load_state(network *net, const char *weights, int *found, int *stale,
+                             amp_state_extra *x, char *err, size_t errlen)
 {
+    memset(x, 0, sizeof *x);
     amp_net *an = amp_net_of(net);
     *found = *stale = 0;
     AMP_RETURN_ERROR_IF(!an || !weights, AMP_ERR_INVALID, err, errlen, "amp_load_state: %s",
@@ -142,7 +151,7 @@ static amp_status load_state(network *net, const char *weights, int *found, int 
     amp_dtype dtype;
     amp_scale_state st;
     amp_weights_id saved_with;
-    amp_status r = amp_state_file_read(weights, &dtype, &st, &saved_with, found, err, errlen);
+    amp_status r = amp_state_file_read(weights, &dtype, &st, &saved_with, x, found, err, errlen);
     if (r != AMP_OK || !*found) return r;
     if (dtype != an->scaler->opt.dtype) {
         *found = 0;
@@ -165,6 +174,7 @@ static amp_status load_state(network *net, const char *weights, int *found, int 
             amp_scale_state_init(&an->scaler->state, &an->scaler->params,
                                  an->scaler->opt.init_scale);
             if (an->ops->push_state) an->ops->push_state(an);
+            memset(x, 0, sizeof *x);
             fprintf(stderr,
                     "amp: %s.amp belongs to other weights (saved with %s; %s has %s), as a crash "
                     "between saving the weights and their state leaves it: starting with a fresh "
@@ -180,11 +190,30 @@ static amp_status load_state(network *net, const char *weights, int *found, int 
     return AMP_OK;
 }
 
+/* The fallbacks a state file keeps, after load_state: a data-parallel
+ * launch takes rank 0's, so that every process runs the same layers in
+ * float32. */
+static amp_status resume_fallbacks(amp_net *an, const char *weights, amp_state_extra *x,
+                                   char *err, size_t errlen)
+{
+    AMP_RETURN_ERROR_IF(an->comm && an->comm->bcast(x, sizeof *x, 0) != 0, AMP_ERR_INVALID, err,
+                        errlen, "amp: %s: rank %d: the state file's fallbacks could not be "
+                        "shared from rank 0 (MPI failed)", an->cfgfile, an->comm->rank);
+    char from[AMP_MSG_LEN];
+    snprintf(from, sizeof from, "%s.amp", weights);
+    return amp_fallback_resume(an, x, from, err, errlen);
+}
+
 amp_status amp_load_state(network *net, const char *weights, int *found, char *err,
                           size_t errlen)
 {
     int dummy, stale;
-    return load_state(net, weights, found ? found : &dummy, &stale, err, errlen);
+    amp_state_extra *x = malloc(sizeof *x);
+    AMP_RETURN_ERROR_IF(!x, AMP_ERR_NOMEM, err, errlen, "amp_load_state: out of memory");
+    amp_status st = load_state(net, weights, found ? found : &dummy, &stale, x, err, errlen);
+    if (st == AMP_OK && amp_net_of(net)) st = resume_fallbacks(amp_net_of(net), weights, x, err, errlen);
+    free(x);
+    return st;
 }
 
 static void on_weights_saved(void *ctx, network *net, const char *filename)
@@ -203,10 +232,18 @@ static int on_weights_loaded(void *ctx, network *net, const char *filename, char
     amp_net *an = amp_net_of(net);
     if (!an) return 0;
     an->weights_version += 1; /* half weight copies are stale */
-    if (load_state(net, filename, &found, &stale, err, errlen) != AMP_OK) return 1;
-    /* Data-parallel: rank 0's weights and scaler state are every process's,
-     * whatever file each process found. */
-    if (an->comm && amp_dist_share(an, err, errlen) != AMP_OK) return 1;
+    amp_state_extra *x = malloc(sizeof *x);
+    if (!x) {
+        amp_errorf(err, errlen, "amp: %s.amp: out of memory", filename);
+        return 1;
+    }
+    /* Data-parallel: rank 0's weights, scaler state and fallbacks are every
+     * process's, whatever file each process found. */
+    const int bad = load_state(net, filename, &found, &stale, x, err, errlen) != AMP_OK ||
+                    (an->comm && amp_dist_share(an, err, errlen) != AMP_OK) ||
+                    resume_fallbacks(an, filename, x, err, errlen) != AMP_OK;
+    free(x);
+    if (bad) return 1;
     if (stale) return 0; /* said */
     if (found)
         fprintf(stderr, "amp: resumed the scaler from %s.amp: scale %g, %llu steps, %llu skipped\n",

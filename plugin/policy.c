@@ -51,10 +51,9 @@ static const char *kind_name(const amp_layer *al, amp_dtype dtype, char *buf, si
     case AMP_PRECISION_OFF: return "float32 (amp=0)";
     case AMP_PRECISION_FALLBACK: return "float32 (no half path)";
     case AMP_PRECISION_FELL_BACK:
-        snprintf(buf, n, "float32 (fell back: %s)",
-                 al->fell_back == AMP_FELL_FORWARD    ? "forward overflow"
-                 : al->fell_back == AMP_FELL_GRADIENT ? "gradient overflow"
-                                                      : "an earlier run's");
+        snprintf(buf, n, "float32 (fell back%s: %s overflow)",
+                 al->fell_back_earlier ? " in an earlier run" : "",
+                 al->fell_back == AMP_FELL_FORWARD ? "forward" : "gradient");
         return buf;
     default: return "float32";
     }

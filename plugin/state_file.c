@@ -1,13 +1,13 @@
 /* The scaler's state sidecar, <weights>.amp.
  *
- * Format, version 2: 88 bytes, every integer little-endian whatever the host,
- * written and read field by field with explicit shifts, so the file does not
- * depend on the host's struct layout, padding or byte order.
+ * Format, version 3: 108 + 8 n bytes, every integer little-endian whatever
+ * the host, written and read field by field with explicit shifts, so the file
+ * does not depend on the host's struct layout, padding or byte order.
  *
  *   offset size field
  *        0    8 magic "DNAMPST\0"
- *        8    4 u32 format version (2)
- *       12    4 u32 payload length (68)
+ *        8    4 u32 format version (3)
+ *       12    4 u32 payload length (88 + 8 n)
  *       16    4 u32 dtype (amp_dtype: 0 float32, 1 float16, 2 bfloat16)
  *       20    4 f32 scale, its IEEE 754 binary32 bits as a u32
  *       24    8 i64 growth_tracker (two's complement)
@@ -20,16 +20,23 @@
  *       64    8 u64 the weights' seen (darknet's header)
  *       72    8 u64 the weights file's size in bytes
  *       80    4 u32 CRC-32 of the weights file's bytes
- *       84    4 u32 CRC-32 (IEEE 802.3: reflected polynomial 0xEDB88320,
- *                   initial value and final xor 0xFFFFFFFF) of bytes 0..83
+ *       84    8 u64 forward_skips: steps skipped for a half layer's forward overflow
+ *       92    8 u64 loss_skips: steps skipped for a non-finite loss (data or model)
+ *      100    4 u32 n: layers amp_fallback put back to float32, at most 1024
+ *      104  8 n n times: u32 layer index (increasing), u32 why (1 forward
+ *                   overflow, 2 gradient overflow)
+ *  104+8 n    4 u32 CRC-32 (IEEE 802.3: reflected polynomial 0xEDB88320,
+ *                   initial value and final xor 0xFFFFFFFF) of the bytes before it
  *
- * Version 1 is version 2's first 60 bytes with its own CRC-32 at 60 (64
- * bytes, payload length 44, no weights named); it is still read.
+ * Version 2 is version 3's first 84 bytes with its own CRC-32 at 84 (88
+ * bytes, payload length 68); version 1 the first 60 with the CRC-32 at 60 (64
+ * bytes, payload length 44, no weights named). Both are still read.
  *
  * The reader accepts a file only if its size is its version's, the magic,
  * version, payload length and CRC match, and the values are in range: scale
  * finite and > 0, a known dtype, growth_tracker, hysteresis_left and
- * consecutive_skips >= 0, skips <= steps, bound 0 or 1 (0 with zeros). A
+ * consecutive_skips >= 0, skips <= steps, bound 0 or 1 (0 with zeros), n at
+ * most 1024, layers increasing and below 2^31, why 1 or 2. A
  * later version may have another length: the version is checked before the
  * size, so the message says which.
  *
@@ -68,10 +75,13 @@
 #define SF_MAGIC_SIZE 8
 #define SF_HEADER_SIZE 16
 #define SF_V1_PAYLOAD_SIZE 44
-#define SF_V1_FILE_SIZE (SF_HEADER_SIZE + SF_V1_PAYLOAD_SIZE + 4)
-#define SF_PAYLOAD_SIZE 68
-#define SF_CRC_OFFSET (SF_HEADER_SIZE + SF_PAYLOAD_SIZE)
-#define SF_FILE_SIZE (SF_CRC_OFFSET + 4)
+#define SF_V2_PAYLOAD_SIZE 68
+#define SF_PAYLOAD_FIXED 88 /* version 3 without its fallback list */
+#define SF_NFALLBACK_OFFSET 100
+#define SF_LIST_OFFSET 104
+#define SF_ENTRY_SIZE 8
+#define SF_FILE_SIZE_OF(n) (SF_LIST_OFFSET + SF_ENTRY_SIZE * (size_t)(n) + 4)
+#define SF_MAX_FILE_SIZE SF_FILE_SIZE_OF(AMP_STATE_MAX_FALLBACK)
 #define SF_BOUND_OFFSET 60
 /* Linux's PATH_MAX; open() refuses longer paths anyway. */
 #define SF_PATH_MAX 4096
@@ -149,6 +159,7 @@ typedef struct sf_values {
     uint32_t bound;                 /* the weights: */
     uint64_t seen, size;
     uint32_t crc;
+    amp_state_extra x; /* version 3 */
 } sf_values;
 
 /* 0 when v is a state the scaler can run from; otherwise -1 and why. Shared by
@@ -187,6 +198,21 @@ static int check_values(const sf_values *v, char *why, size_t n)
                          ", CRC-32 0x%08" PRIx32 " (expected 1, or 0 with zeros)",
                  v->bound, v->seen, v->size, v->crc);
         return -1;
+    }
+    if (v->x.nfallback < 0 || v->x.nfallback > AMP_STATE_MAX_FALLBACK) {
+        snprintf(why, n, "%d layers fell back to float32, at most %d are kept", v->x.nfallback,
+                 AMP_STATE_MAX_FALLBACK);
+        return -1;
+    }
+    for (int k = 0; k < v->x.nfallback; ++k) {
+        const int lk = v->x.fallback[k].layer, w = v->x.fallback[k].why;
+        if (lk < 0 || (k > 0 && lk <= v->x.fallback[k - 1].layer) ||
+            (w != AMP_FELL_FORWARD && w != AMP_FELL_GRADIENT)) {
+            snprintf(why, n, "fallback entry %d: layer %d, why %d (expected layers in increasing "
+                             "order from 0, why %d or %d)",
+                     k, lk, w, AMP_FELL_FORWARD, AMP_FELL_GRADIENT);
+            return -1;
+        }
     }
     const amp_scale_state st = to_state(v);
     return amp_scale_state_invalid(&st, why, n) ? -1 : 0;
@@ -335,10 +361,11 @@ static amp_status sync_dir(const char *sidecar, char *err, size_t errlen)
 }
 
 amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_scale_state *s,
-                                const amp_weights_id *id, char *err, size_t errlen)
+                                const amp_weights_id *id, const amp_state_extra *x, char *err,
+                                size_t errlen)
 {
     char path[SF_PATH_MAX], tmp[SF_PATH_MAX], why[160];
-    unsigned char buf[SF_FILE_SIZE];
+    unsigned char buf[SF_MAX_FILE_SIZE];
     const int crash = amp_env_crash_in_save();
     sf_values v;
     int fd = -1, attempt, e;
@@ -372,14 +399,25 @@ amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_
     v.seen = v.bound ? id->seen : 0;
     v.size = v.bound ? id->size : 0;
     v.crc = v.bound ? (uint32_t)id->crc : 0;
+    if (x) {
+        v.x.forward_skips = x->forward_skips;
+        v.x.loss_skips = x->loss_skips;
+        v.x.nfallback = x->nfallback;
+        const int n = x->nfallback < 0 || x->nfallback > AMP_STATE_MAX_FALLBACK ? 0 : x->nfallback;
+        memcpy(v.x.fallback, x->fallback, sizeof x->fallback[0] * (size_t)n);
+    } else {
+        v.x.forward_skips = v.x.loss_skips = 0;
+        v.x.nfallback = 0;
+    }
     if (check_values(&v, why, sizeof why) != 0) {
         amp_errorf(err, errlen, "state file %s: refusing to save: %s", path, why);
         return AMP_ERR_INVALID;
     }
 
+    const size_t size = SF_FILE_SIZE_OF(v.x.nfallback), crc_at = size - 4;
     memcpy(buf, SF_MAGIC, SF_MAGIC_SIZE);
     put_u32(buf + 8, AMP_STATE_FORMAT_VERSION);
-    put_u32(buf + 12, SF_PAYLOAD_SIZE);
+    put_u32(buf + 12, (uint32_t)(size - SF_HEADER_SIZE - 4));
     put_u32(buf + 16, v.dtype);
     put_u32(buf + 20, amp_f32_bits(v.scale));
     put_u64(buf + 24, (uint64_t)v.growth_tracker);
@@ -391,7 +429,14 @@ amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_
     put_u64(buf + 64, v.seen);
     put_u64(buf + 72, v.size);
     put_u32(buf + 80, v.crc);
-    put_u32(buf + SF_CRC_OFFSET, sf_crc32(buf, SF_CRC_OFFSET));
+    put_u64(buf + 84, (uint64_t)v.x.forward_skips);
+    put_u64(buf + 92, (uint64_t)v.x.loss_skips);
+    put_u32(buf + SF_NFALLBACK_OFFSET, (uint32_t)v.x.nfallback);
+    for (int k = 0; k < v.x.nfallback; ++k) {
+        put_u32(buf + SF_LIST_OFFSET + SF_ENTRY_SIZE * k, (uint32_t)v.x.fallback[k].layer);
+        put_u32(buf + SF_LIST_OFFSET + SF_ENTRY_SIZE * k + 4, (uint32_t)v.x.fallback[k].why);
+    }
+    put_u32(buf + crc_at, sf_crc32(buf, crc_at));
 
     for (attempt = 0; attempt < SF_TMP_TRIES; attempt++) {
         int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%d", path, (long)getpid(), attempt);
@@ -413,7 +458,7 @@ amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_
     if (crash) {
         /* write() has no user-space buffer, so the half is in the kernel, as a
          * crash between two writes of a buffered writer would leave it. */
-        if (write_all(fd, buf, SF_FILE_SIZE / 2) == 0) raise(SIGKILL);
+        if (write_all(fd, buf, size / 2) == 0) raise(SIGKILL);
         /* Not reached: an unblockable signal raised by a single-threaded
          * process is delivered before raise() returns. */
         close(fd);
@@ -423,7 +468,7 @@ amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_
         return AMP_ERR_IO;
     }
 
-    if (write_all(fd, buf, sizeof buf) != 0) {
+    if (write_all(fd, buf, size) != 0) {
         e = errno;
         close(fd);
         unlink(tmp);
@@ -457,11 +502,12 @@ amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_
 }
 
 amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_state *s,
-                               amp_weights_id *id, int *found, char *err, size_t errlen)
+                               amp_weights_id *id, amp_state_extra *x, int *found, char *err,
+                               size_t errlen)
 {
     char path[SF_PATH_MAX], why[160];
     /* One byte more than a file may have, to see trailing bytes. */
-    unsigned char buf[SF_FILE_SIZE + 1];
+    unsigned char buf[SF_MAX_FILE_SIZE + 1];
     size_t n = 0;
     uint32_t version, length, stored, computed;
     sf_values v;
@@ -510,13 +556,30 @@ amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_
         return AMP_ERR_FORMAT;
     }
     version = get_u32(buf + 8);
-    if (version != 1 && version != AMP_STATE_FORMAT_VERSION) {
+    if (version < 1 || version > AMP_STATE_FORMAT_VERSION) {
         amp_errorf(err, errlen,
-                "state file %s: format version %" PRIu32 ", this build reads versions 1 and %d",
+                "state file %s: format version %" PRIu32 ", this build reads versions 1 to %d",
                 path, version, AMP_STATE_FORMAT_VERSION);
         return AMP_ERR_FORMAT;
     }
-    const size_t want_payload = version == 1 ? SF_V1_PAYLOAD_SIZE : SF_PAYLOAD_SIZE;
+    /* Version 3's length follows from its list's, which must be there. */
+    uint32_t nfallback = 0;
+    if (version == 3) {
+        if (n < SF_LIST_OFFSET) {
+            amp_errorf(err, errlen, "state file %s: truncated: %zu bytes, version 3 has at least %d",
+                    path, n, (int)SF_FILE_SIZE_OF(0));
+            return AMP_ERR_FORMAT;
+        }
+        nfallback = get_u32(buf + SF_NFALLBACK_OFFSET);
+        if (nfallback > AMP_STATE_MAX_FALLBACK) {
+            amp_errorf(err, errlen, "state file %s: %" PRIu32 " layers fell back to float32, at "
+                    "most %d are kept", path, nfallback, AMP_STATE_MAX_FALLBACK);
+            return AMP_ERR_FORMAT;
+        }
+    }
+    const size_t want_payload = version == 1   ? SF_V1_PAYLOAD_SIZE
+                                : version == 2 ? SF_V2_PAYLOAD_SIZE
+                                               : SF_PAYLOAD_FIXED + SF_ENTRY_SIZE * nfallback;
     const size_t want_size = SF_HEADER_SIZE + want_payload + 4, crc_at = want_size - 4;
     length = get_u32(buf + 12);
     if (length != want_payload) {
@@ -553,6 +616,19 @@ amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_
     v.seen = version == 1 ? 0 : get_u64(buf + 64);
     v.size = version == 1 ? 0 : get_u64(buf + 72);
     v.crc = version == 1 ? 0 : get_u32(buf + 80);
+    memset(&v.x, 0, sizeof v.x);
+    if (version == 3) {
+        v.x.forward_skips = get_u64(buf + 84);
+        v.x.loss_skips = get_u64(buf + 92);
+        v.x.nfallback = (int)nfallback;
+        for (uint32_t k = 0; k < nfallback; ++k) {
+            const uint32_t lk = get_u32(buf + SF_LIST_OFFSET + SF_ENTRY_SIZE * k);
+            const uint32_t w = get_u32(buf + SF_LIST_OFFSET + SF_ENTRY_SIZE * k + 4);
+            /* out of range: -1, which the check refuses */
+            v.x.fallback[k].layer = lk <= INT32_MAX ? (int)lk : -1;
+            v.x.fallback[k].why = w <= INT32_MAX ? (int)w : -1;
+        }
+    }
     if (check_values(&v, why, sizeof why) != 0) {
         amp_errorf(err, errlen, "state file %s: %s", path, why);
         return AMP_ERR_FORMAT;
@@ -560,6 +636,7 @@ amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_
 
     *dtype = (amp_dtype)v.dtype;
     *s = to_state(&v);
+    if (x) *x = v.x;
     if (id) {
         id->bound = (int)v.bound;
         id->seen = v.seen;

@@ -18,6 +18,11 @@
 #   (DARKNET_AMP_INJECT) at steps 2-4 in bfloat16, whose static scale of 1 is
 #   the minimum: after the third such skip in a row layer 2 falls back; with
 #   amp_fallback_after=4, three are not enough.
+# - a resume from the first run's final weights and their state file (version
+#   3): layer 2 runs in float32 from the first step (said once, in the table
+#   at the end as an earlier run's), no step overflows, the skip counts go on
+#   from the saved ones; with amp_fallback=0 the resume says layer 2 runs in
+#   float16 again, and its forward pass overflows again at iteration 31.
 #   fallback.sh DARKNET SCALE_WEIGHTS DATA_DIR CFG OUT   (CFG: amp=1 float16)
 set -u
 darknet=$1 scale=$2 data_dir=$3 cfg=$4 out=$5
@@ -69,6 +74,28 @@ got=$(mean10 "$out/amp.log" 20) ref=$(mean10 "$out/fp32.log" $((20 - last)))
 echo "$got $ref" | awk '$1 == $1 + 0 && $2 == $2 + 0 && $1 < 1.5 * $2 { exit 0 } { exit 1 }' \
     && ok "mean loss of iterations 21-30: AMP $got against FP32's $ref after as many steps taken (iterations $((21 - last))-$((30 - last)); bound 1.5x)" \
     || bad "mean loss of iterations 21-30: AMP $got against FP32's $ref after as many steps taken (iterations $((21 - last))-$((30 - last)); bound 1.5x)"
+
+# resume: 10 more iterations from the first run's final weights and state
+sed 's/^max_batches=.*/max_batches=40/' "$out/amp.cfg" > "$out/amp2.cfg"
+cp "$out/amp_final.weights" "$out/resume.weights" && cp "$out/amp_final.weights.amp" "$out/resume.weights.amp" \
+    || bad "the first run saved no amp_final.weights and .amp"
+train "$out/amp2.cfg" "$out/resume.weights" resume
+rc=$?
+said=$(grep -c "amp: 1 layer runs in float32 as in the run that saved $out/resume.weights.amp (amp_fallback)" "$out/resume.err")
+over=$(grep -c "overflowed float16 in its forward pass" "$out/resume.err")
+rsplit=$(grep 'amp: skipped:' "$out/resume.err")
+[ $rc -eq 0 ] && [ "$said" -eq 1 ] && [ "$over" -eq 0 ] && ! grep -q "runs in float32 from the next step on" "$out/resume.err" \
+    && grep -Eq "amp:   float32 \(fell back in an earlier run: forward overflow\) +1 layers: 2$" "$out/resume.err" \
+    && echo "$rsplit" | grep -q ", 1 for a half layer's forward overflow," \
+    && ok "resumed (iterations 31-40): layer 2 in float32 from the first step, no overflow, counts go on ($rsplit)" \
+    || bad "resume: exit $rc, $said resume lines, $over overflows; $(grep -E 'float32|skipped:' "$out/resume.err" | head -n 5)"
+sed 's/^\[net\]/[net]\namp_fallback=0\namp_max_skips=3/' "$out/amp2.cfg" > "$out/off2.cfg"
+cp "$out/amp_final.weights.amp" "$out/resume.weights.amp"
+train "$out/off2.cfg" "$out/resume.weights" resume_off
+grep -q "amp: $out/resume.weights.amp lists 1 layer put back to float32 in an earlier run; amp_fallback=0: it runs in float16 again" "$out/resume_off.err" \
+    && grep -Eq "amp: step [0-9]+ skipped: layer 2 \[convolutional\] overflowed float16 in its forward pass .* at iteration 31," "$out/resume_off.err" \
+    && ok "resumed with amp_fallback=0: layer 2 in float16 again, and it overflows again at iteration 31" \
+    || bad "resume with amp_fallback=0: $(grep -E 'amp_fallback=0|iteration 31' "$out/resume_off.err" | head -n 3)"
 
 sed 's/^\[net\]/[net]\namp_fallback=0\namp_max_skips=3/' "$out/amp.cfg" > "$out/off.cfg"
 train "$out/off.cfg" "$out/big.weights" off

@@ -31,7 +31,7 @@ int main(int argc, char **argv)
         int found = 0;
         const char *state = "refused";
         if (amp_weights_identify(argv[i], &id, err, sizeof err) == AMP_OK &&
-            amp_state_file_read(argv[i], &dtype, &st, &saved, &found, err, sizeof err) == AMP_OK)
+            amp_state_file_read(argv[i], &dtype, &st, &saved, NULL, &found, err, sizeof err) == AMP_OK)
             state = !found ? "none" : amp_weights_same(&saved, &id) ? "match" : "other-weights";
         printf("%s %s seen=%llu state=%s%s%s\n", argv[i], whole ? "whole" : "refused", id.seen,
                state, strcmp(state, "refused") ? "" : " ", strcmp(state, "refused") ? "" : err);

@@ -530,7 +530,7 @@ static void load_in_flight(const char *cfg, const char *dir)
     st.scale = 1024;
     st.steps = st.skips = 7;
     int found = 0;
-    amp_status r = amp_state_file_write(path, AMP_DTYPE_FLOAT32, &st, NULL, err, sizeof err);
+    amp_status r = amp_state_file_write(path, AMP_DTYPE_FLOAT32, &st, NULL, NULL, err, sizeof err);
     CHECK(r == AMP_OK && fk(an)->in_flight, "a state file written while a step is in flight (%s)",
           r == AMP_OK ? "ok" : err);
     r = amp_load_state(net, path, &found, err, sizeof err);

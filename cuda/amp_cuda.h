@@ -13,6 +13,7 @@
 #define AMP_CUDA_H
 
 #include "darknet_amp.h" /* amp_dtype */
+#include "math/grad_math.h" /* amp_overflow_scan */
 #include "math/scale_rule.h"
 
 #include <cuda_runtime_api.h>
@@ -115,6 +116,12 @@ amp_status amp_cuda_gated_copy(const amp_mt_table *t, const unsigned int *flag, 
  * update_scale the scale's update, which a non-finite loss leaves alone). */
 amp_status amp_cuda_decide(amp_gpu_state *state, amp_scale_params params, int update_scale,
                            unsigned int host_loss, cudaStream_t stream, char *err, size_t errlen);
+
+/* overflow.cu: out->nonfinite += the inf/NaN elements of x[0..n), out->max_finite
+ * = max(itself, their largest finite magnitude): grad_math.h's
+ * amp_overflow_add per element. *out must be zeroed first. */
+amp_status amp_cuda_overflow_scan(const float *x, size_t n, amp_overflow_scan *out,
+                                  cudaStream_t stream, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

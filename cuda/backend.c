@@ -371,6 +371,84 @@ static amp_status layer_install(amp_layer *al, layer *l, char *err, size_t errle
     return AMP_OK;
 }
 
+/* backend.h's layer_fallback: darknet's own float32 GPU layer again (a
+ * connected layer keeps its gradient clip at the scale, as one that was
+ * float32 from the start). */
+static amp_status layer_fallback(amp_layer *al, layer *l, char *err, size_t errlen)
+{
+    AMP_RETURN_ERROR_IF(al->subs, AMP_ERR_INVALID, err, errlen,
+                        "amp: layer %d: a recurrent layer's half sub-layers do not fall back",
+                        al->index);
+    amp_gpu_half_ctx *ctx = gpu_of(al->owner)->half;
+    layer_free(al);
+    al->forward = al->orig_forward;
+    al->backward = al->orig_backward;
+    al->label = NULL;
+    if (l->type == CONNECTED) {
+        char why[AMP_MSG_LEN];
+        const amp_status st = amp_gpu_half_new(al, ctx, 0, why, sizeof why);
+        AMP_RETURN_ERROR_IF(st != AMP_OK, st, err, errlen, "amp: layer %d [%s]: %s", al->index,
+                            get_layer_string(l->type), why);
+        al->backward = amp_connected_backward_f32;
+    }
+    return AMP_OK;
+}
+
+/* Scans n floats of device memory into *s; 0, or -1 (said) when CUDA fails. */
+static int scan_device(amp_net *an, amp_overflow_scan *dev, const float *x, size_t n,
+                       amp_overflow_scan *s)
+{
+    char err[AMP_MSG_LEN];
+    cudaStream_t st = stream_of(an);
+    if (AMP_CUDA_CHECK(cudaMemsetAsync(dev, 0, sizeof *dev, st), err, sizeof err) != AMP_OK ||
+        amp_cuda_overflow_scan(x, n, dev, st, err, sizeof err) != AMP_OK ||
+        AMP_CUDA_CHECK(cudaMemcpyAsync(s, dev, sizeof *s, cudaMemcpyDeviceToHost, st), err,
+                       sizeof err) != AMP_OK ||
+        AMP_CUDA_CHECK(cudaStreamSynchronize(st), err, sizeof err) != AMP_OK) {
+        fprintf(stderr, "amp: GPU: looking for the layer that overflowed: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* backend.h's nonfinite_output, after a non-finite loss only: the first
+ * layer up to last whose output (a batch-normalised layer's: its input to
+ * batch-norm first, where a half overflow shows as inf) holds an inf or NaN,
+ * scanned on the device, one layer and one wait at a time (such a step is
+ * already lost; a healthy step never gets here). */
+static int nonfinite_output(amp_net *an, int last, amp_overflow_scan *scan, int *params_finite)
+{
+    network *net = an->net;
+    amp_overflow_scan *dev = NULL;
+    int found = -1;
+    if (cudaMalloc((void **)&dev, sizeof *dev) != cudaSuccess) return -1;
+    for (int i = 0; i <= last && i < net->n && found < 0; ++i) {
+        const layer *l = &net->layers[i];
+        const size_t n = (size_t)l->outputs * l->batch;
+        amp_overflow_scan s = {0, 0.0f};
+        if (l->batch_normalize && l->x_gpu && scan_device(an, dev, l->x_gpu, n, &s) != 0) break;
+        if (!s.nonfinite && l->output_gpu && scan_device(an, dev, l->output_gpu, n, &s) != 0)
+            break;
+        if (!s.nonfinite) continue;
+        amp_overflow_scan p = {0, 0.0f}, q;
+        const size_t nw = l->type == CONNECTED ? (size_t)l->inputs * l->outputs
+                                               : (size_t)l->nweights;
+        const float *arrays[3] = {l->weights_gpu, l->biases_gpu,
+                                  l->batch_normalize ? l->scales_gpu : NULL};
+        const size_t sizes[3] = {nw, (size_t)l->n, (size_t)l->n};
+        for (int k = 0; k < 3; ++k) {
+            q = (amp_overflow_scan){0, 0.0f};
+            if (arrays[k] && scan_device(an, dev, arrays[k], sizes[k], &q) == 0)
+                amp_overflow_merge(&p, &q);
+        }
+        *scan = s;
+        *params_finite = p.nonfinite == 0;
+        found = i;
+    }
+    cudaFree(dev);
+    return found;
+}
+
 /* ---- the network ---- */
 
 /* Warns or refuses by compute capability (docs/gpu.md: bfloat16 needs 8.0). */
@@ -553,4 +631,6 @@ const amp_backend_ops amp_cuda_backend = {
 #endif
     .pull = pull,
     .push = push,
+    .layer_fallback = layer_fallback,
+    .nonfinite_output = nonfinite_output,
 };

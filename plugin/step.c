@@ -48,6 +48,10 @@ void amp_net_sync(amp_net *an, int wait)
 static void begin_batch(amp_net *an)
 {
     double t0 = an->env.profile ? amp_clock() : 0;
+    /* A device's last step, settled if it is done (it is, unless the host
+     * ran ahead; no wait): a layer it puts back to float32 is float32 for
+     * this batch already. */
+    amp_net_sync(an, 0);
     an->loss_bad = 0;
     an->loss_element = -1;
     an->loss_where[0] = 0;

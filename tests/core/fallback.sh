@@ -23,6 +23,10 @@
 #   at the end as an earlier run's), no step overflows, the skip counts go on
 #   from the saved ones; with amp_fallback=0 the resume says layer 2 runs in
 #   float16 again, and its forward pass overflows again at iteration 31.
+# With FALLBACK_GPU=1 (gpu.fallback) the runs train on GPU 0, and only the
+# first scenario (the forward rule, the counts, the loss against FP32's) is
+# checked; the GPU settles a step at the next batch's start, so the layer
+# falls back before the second step there too.
 #   fallback.sh DARKNET SCALE_WEIGHTS DATA_DIR CFG OUT   (CFG: amp=1 float16)
 set -u
 darknet=$1 scale=$2 data_dir=$3 cfg=$4 out=$5
@@ -35,8 +39,13 @@ sed 's/^max_batches=.*/max_batches=30/' "$cfg" > "$out/amp.cfg"
 sed 's/^amp=1$/amp=0/' "$out/amp.cfg" > "$out/fp32.cfg"
 "$scale" "$cfg" 1 2 1e5 "$out/big.weights" > "$out/scale.log" 2>&1 || { cat "$out/scale.log"; exit 1; }
 "$scale" "$cfg" 1 2 1 "$out/plain.weights" > "$out/scale.log" 2>&1 || { cat "$out/scale.log"; exit 1; }
+gpu=${FALLBACK_GPU:-0}
 train() { # cfg weights name
-    DARKNET_SEED=1 "$darknet" detector train "$out/s.data" "$1" "$2" -nogpu > "$out/$3.log" 2> "$out/$3.err"
+    if [ "$gpu" = 1 ]; then
+        DARKNET_SEED=1 "$darknet" detector train "$out/s.data" "$1" "$2" > "$out/$3.log" 2> "$out/$3.err"
+    else
+        DARKNET_SEED=1 "$darknet" detector train "$out/s.data" "$1" "$2" -nogpu > "$out/$3.log" 2> "$out/$3.err"
+    fi
 }
 # the loss column of the progress lines of 10 iterations from the (N+1)-th, averaged
 mean10() { # log N
@@ -74,6 +83,11 @@ got=$(mean10 "$out/amp.log" 20) ref=$(mean10 "$out/fp32.log" $((20 - last)))
 echo "$got $ref" | awk '$1 == $1 + 0 && $2 == $2 + 0 && $1 < 1.5 * $2 { exit 0 } { exit 1 }' \
     && ok "mean loss of iterations 21-30: AMP $got against FP32's $ref after as many steps taken (iterations $((21 - last))-$((30 - last)); bound 1.5x)" \
     || bad "mean loss of iterations 21-30: AMP $got against FP32's $ref after as many steps taken (iterations $((21 - last))-$((30 - last)); bound 1.5x)"
+
+if [ "$gpu" = 1 ]; then
+    [ $fails -eq 0 ] && echo "PASS: fallback on GPU 0" || { echo "FAIL: $fails failed checks"; exit 1; }
+    exit 0
+fi
 
 # resume: 10 more iterations from the first run's final weights and state
 sed 's/^max_batches=.*/max_batches=40/' "$out/amp.cfg" > "$out/amp2.cfg"

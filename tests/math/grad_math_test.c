@@ -126,5 +126,46 @@ int main(void)
     }
     CHECK(isnan(amp_clip_scaled(from_bits(0x7fc12345u), 65536)),
           "NaN passes through (darknet's clip turns it into -1)");
+
+    /* The overflow scan (a half layer's forward overflow, host and device):
+     * the inf/NaN count and the largest finite magnitude, against isfinite
+     * and fabsf over random arrays with planted infs and NaNs, also when the
+     * array is split in parts scanned apart and merged (the kernel's threads
+     * and blocks), in any order. */
+    const float edge[] = {0.0f, -0.0f, 65504.0f, -65520.0f, FLT_MAX, -FLT_MAX, 0x1p-149f,
+                          inf, -inf, from_bits(0x7fc00000u), from_bits(0xff800001u)};
+    amp_overflow_scan es = {0, 0.0f};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; ++i) amp_overflow_add(&es, edge[i]);
+    CHECK(es.nonfinite == 4 && es.max_finite == FLT_MAX,
+          "edge values: %llu non-finite (want 4: inf, -inf, 2 NaNs), largest finite %g (want "
+          "FLT_MAX, from -FLT_MAX too)", es.nonfinite, es.max_finite);
+    amp_overflow_scan zs = {0, 0.0f};
+    amp_overflow_add(&zs, -0.0f);
+    CHECK(zs.nonfinite == 0 && amp_f32_bits(zs.max_finite) == 0,
+          "-0 alone: largest finite magnitude +0 (bits 0x%08x)", amp_f32_bits(zs.max_finite));
+    unsigned long sbad = 0, mbad = 0;
+    for (int r = 0; r < 200; ++r) {
+        float x[1000];
+        unsigned long long want_n = 0;
+        float want_m = 0.0f;
+        const int n = 1 + rand() % 1000;
+        for (int i = 0; i < n; ++i) {
+            const uint32_t bits = (uint32_t)rand() << 16 ^ (uint32_t)rand();
+            x[i] = rand() % 50 == 0 ? (rand() & 1 ? inf : from_bits(0x7fc00000u | (bits & 0xffu)))
+                                    : from_bits(bits & 0xff7fffffu); /* finite */
+            if (!isfinite(x[i])) want_n++;
+            else if (fabsf(x[i]) > want_m) want_m = fabsf(x[i]);
+        }
+        amp_overflow_scan whole = {0, 0.0f}, a = {0, 0.0f}, b = {0, 0.0f};
+        const int cut = rand() % (n + 1);
+        for (int i = 0; i < n; ++i) amp_overflow_add(&whole, x[i]);
+        for (int i = 0; i < cut; ++i) amp_overflow_add(&a, x[i]);
+        for (int i = cut; i < n; ++i) amp_overflow_add(&b, x[i]);
+        amp_overflow_merge(&b, &a); /* the later part first: order does not matter */
+        sbad += whole.nonfinite != want_n || amp_f32_bits(whole.max_finite) != amp_f32_bits(want_m);
+        mbad += b.nonfinite != want_n || amp_f32_bits(b.max_finite) != amp_f32_bits(want_m);
+    }
+    CHECK(sbad == 0, "overflow scan of 200 random arrays against isfinite/fabsf: %lu differ", sbad);
+    CHECK(mbad == 0, "the same split in two, scanned apart and merged: %lu differ", mbad);
     return check_report();
 }

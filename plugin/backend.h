@@ -132,6 +132,14 @@ struct amp_backend_ops {
      * finite; -1 when every output is finite. Only after a non-finite loss,
      * never on a healthy step: a device backend may wait for the device. */
     int (*nonfinite_output)(amp_net *an, int last, amp_overflow_scan *scan, int *params_finite);
+    /* Optional (amp_probe, on the first batch): runs half layer al's forward
+     * as its wrapper would, after darknet's float32 forward of the layer on
+     * the same input into scratch (the layer's arrays, batch-norm statistics
+     * included, untouched by it); *rel the relative 2-norm difference of the
+     * outputs, inf where the half output is not finite and float32's is, NaN
+     * where float32's is not finite either. 0, or -1 (the forward run, no
+     * comparison) for a layer it cannot probe. */
+    int (*probe_forward)(amp_layer *al, layer l, network net, double *rel);
     /* Optional: start-up warnings (a CPU without bfloat16 instructions). */
     void (*describe)(const amp_net *an, FILE *out);
 };

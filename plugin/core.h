@@ -78,8 +78,10 @@ typedef enum amp_precision {
 typedef enum amp_fallback_why {
     AMP_FELL_NONE,
     AMP_FELL_FORWARD,  /* its forward pass overflowed the half type */
-    AMP_FELL_GRADIENT  /* its gradients, first not finite, in amp_fallback_after skipped
+    AMP_FELL_GRADIENT, /* its gradients, first not finite, in amp_fallback_after skipped
                           steps in a row at the minimum loss scale */
+    AMP_FELL_PROBE     /* amp_probe: its output on the first batch beyond the dtype's bound
+                          from float32's */
 } amp_fallback_why;
 
 /* How a layer's backend can store the tensors it reads and writes (its
@@ -152,6 +154,10 @@ typedef struct amp_layer {
                            normalised values made again from it in the backward) */
     amp_fallback_why fell_back; /* AMP_PRECISION_FELL_BACK: why */
     int fell_back_earlier;      /* ... in the run that saved the state file resumed from */
+    double probe_rel;           /* amp_probe: its output's relative 2-norm difference from
+                                   float32's on the first batch (inf: not finite where float32's
+                                   is; NaN: float32's not finite either) */
+    int probed;                 /* ... when probe_rel was measured */
     int delta_from;     /* out_half: the layer whose backward is the first to add into
                            the delta (its last reader), which zeroes it first; the delta
                            lives from there to this layer's backward, in storage it
@@ -252,6 +258,7 @@ struct amp_net {
     int grad_suspect;
     long grad_suspect_steps;
     int fallbacks;               /* layers that fell back in this run */
+    int probe_on;                /* amp_probe: the first step's half forwards are probed */
 };
 
 /* ---- tensors.c: darknet knowledge ---- */
@@ -350,6 +357,15 @@ void amp_fallback_save(const amp_net *an, struct amp_state_extra *x);
  * with amp_fallback=0; a layer the network lacks is said and ignored). */
 amp_status amp_fallback_resume(amp_net *an, const struct amp_state_extra *x, const char *from,
                                char *err, size_t errlen);
+/* amp_probe (fallback.c): half layer al's forward of the first batch, with
+ * its output compared to float32's (the backend's probe_forward) ... */
+void amp_probe_forward(amp_net *an, amp_layer *al, layer l, network net);
+/* ... and when that step has ended: the report (the worst layers against the
+ * dtype's bound), the layers beyond it fall back (with amp_fallback; a
+ * data-parallel launch takes every process's), the slots without the probe. */
+void amp_probe_end(amp_net *an);
+/* amp_probe's bound on a half layer's output's relative 2-norm difference. */
+double amp_probe_bound(amp_dtype dtype);
 /* The layers that fell back, and the precision table as the run ends. */
 void amp_fallback_report(const amp_net *an, FILE *out);
 

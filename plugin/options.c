@@ -46,6 +46,7 @@ void amp_options_init(amp_options *o, amp_dtype dtype)
     o->half_activations = 1;
     o->fallback = 1;
     o->fallback_after = 3;
+    o->probe = 0;
     if (dtype == AMP_DTYPE_BFLOAT16) {
         /* bfloat16 has float32's exponent range: gradients do not underflow,
          * so no scaling is needed (non-finite steps are still skipped). */
@@ -89,6 +90,7 @@ enum {
     K_ACTIVATIONS,
     K_FALLBACK,
     K_FALLBACK_AFTER,
+    K_PROBE,
     K_COUNT
 };
 
@@ -126,6 +128,7 @@ static const key_spec keys[K_COUNT] = {
     [K_FALLBACK] = {"amp_fallback", KIND_INTEGER, 0, 0, 0, 1, 0, "expected 0 or 1"},
     [K_FALLBACK_AFTER] = {"amp_fallback_after", KIND_INTEGER, 0, 0, 1, LONG_MAX, 0,
                           "expected an integer >= 1"},
+    [K_PROBE] = {"amp_probe", KIND_INTEGER, 0, 0, 0, 1, 0, "expected 0 or 1"},
 };
 
 static const struct {
@@ -518,6 +521,7 @@ static amp_status combine(const parsed *v, const char *where, amp_dtype default_
     if (v->kv[K_ACTIVATIONS]) o->half_activations = (int)v->integer[K_ACTIVATIONS];
     if (v->kv[K_FALLBACK]) o->fallback = (int)v->integer[K_FALLBACK];
     if (v->kv[K_FALLBACK_AFTER]) o->fallback_after = v->integer[K_FALLBACK_AFTER];
+    if (v->kv[K_PROBE]) o->probe = (int)v->integer[K_PROBE];
 
     /* The rules between keys are the scaler's (scaler.c); here they are told
      * in the cfg's words. */

@@ -51,9 +51,11 @@ static const char *kind_name(const amp_layer *al, amp_dtype dtype, char *buf, si
     case AMP_PRECISION_OFF: return "float32 (amp=0)";
     case AMP_PRECISION_FALLBACK: return "float32 (no half path)";
     case AMP_PRECISION_FELL_BACK:
-        snprintf(buf, n, "float32 (fell back%s: %s overflow)",
+        snprintf(buf, n, "float32 (fell back%s: %s)",
                  al->fell_back_earlier ? " in an earlier run" : "",
-                 al->fell_back == AMP_FELL_FORWARD ? "forward" : "gradient");
+                 al->fell_back == AMP_FELL_FORWARD    ? "forward overflow"
+                 : al->fell_back == AMP_FELL_GRADIENT ? "gradient overflow"
+                                                      : "amp_probe");
         return buf;
     default: return "float32";
     }

@@ -24,7 +24,7 @@
  *       92    8 u64 loss_skips: steps skipped for a non-finite loss (data or model)
  *      100    4 u32 n: layers amp_fallback put back to float32, at most 1024
  *      104  8 n n times: u32 layer index (increasing), u32 why (1 forward
- *                   overflow, 2 gradient overflow)
+ *                   overflow, 2 gradient overflow, 3 amp_probe)
  *  104+8 n    4 u32 CRC-32 (IEEE 802.3: reflected polynomial 0xEDB88320,
  *                   initial value and final xor 0xFFFFFFFF) of the bytes before it
  *
@@ -36,7 +36,7 @@
  * version, payload length and CRC match, and the values are in range: scale
  * finite and > 0, a known dtype, growth_tracker, hysteresis_left and
  * consecutive_skips >= 0, skips <= steps, bound 0 or 1 (0 with zeros), n at
- * most 1024, layers increasing and below 2^31, why 1 or 2. A
+ * most 1024, layers increasing and below 2^31, why 1 to 3. A
  * later version may have another length: the version is checked before the
  * size, so the message says which.
  *
@@ -207,10 +207,10 @@ static int check_values(const sf_values *v, char *why, size_t n)
     for (int k = 0; k < v->x.nfallback; ++k) {
         const int lk = v->x.fallback[k].layer, w = v->x.fallback[k].why;
         if (lk < 0 || (k > 0 && lk <= v->x.fallback[k - 1].layer) ||
-            (w != AMP_FELL_FORWARD && w != AMP_FELL_GRADIENT)) {
+            w < AMP_FELL_FORWARD || w > AMP_FELL_PROBE) {
             snprintf(why, n, "fallback entry %d: layer %d, why %d (expected layers in increasing "
-                             "order from 0, why %d or %d)",
-                     k, lk, w, AMP_FELL_FORWARD, AMP_FELL_GRADIENT);
+                             "order from 0, why %d to %d)",
+                     k, lk, w, AMP_FELL_FORWARD, AMP_FELL_PROBE);
             return -1;
         }
     }

@@ -40,7 +40,8 @@ void amp_weights_describe(const amp_weights_id *id, char *out, size_t size);
 /* What version 3 adds to the scaler's state: the steps skipped for other
  * reasons than a gradient overflow, and the layers amp_fallback put back to
  * float32 (layer in increasing order, why 1 for a forward overflow, 2 for a
- * gradient overflow: amp_fallback_why's values). Zeros for versions 1 and 2. */
+ * gradient overflow, 3 for amp_probe: amp_fallback_why's values). Zeros for
+ * versions 1 and 2. */
 typedef struct amp_state_extra {
     unsigned long long forward_skips; /* a half layer's forward pass overflowed */
     unsigned long long loss_skips;    /* a non-finite loss with every half output finite */

@@ -48,10 +48,6 @@ void amp_net_sync(amp_net *an, int wait)
 static void begin_batch(amp_net *an)
 {
     double t0 = an->env.profile ? amp_clock() : 0;
-    /* A device's last step, settled if it is done (it is, unless the host
-     * ran ahead; no wait): a layer it puts back to float32 is float32 for
-     * this batch already. */
-    amp_net_sync(an, 0);
     an->loss_bad = 0;
     an->loss_element = -1;
     an->loss_where[0] = 0;
@@ -131,6 +127,9 @@ static void begin_step(amp_net *an, int inside_update)
 static void end_step(amp_net *an)
 {
     if (an->comm) amp_dist_after_step(an);
+    /* the first batch's probe: said, and its fallbacks, between this step and
+     * the next (every process of a data-parallel launch gets here alike) */
+    if (an->probe_on) amp_probe_end(an);
     if (!an->step_open) return;
     an->step_open = 0;
     an->ops->step_end(an);
@@ -199,6 +198,15 @@ static void wrap_forward(layer l, network net)
         describe_loss_batch(an, &l);
         find_origin(an, al->index);
     }
+}
+
+/* amp_probe: a half layer's forward on the first batch, compared with
+ * float32's (fallback.c); its slot holds this only until that step ends. */
+static void wrap_probe(layer l, network net)
+{
+    amp_layer *al = l.hook_data;
+    if (al->owner->probe_on && net.train) amp_probe_forward(al->owner, al, l, net);
+    else al->forward(l, net);
 }
 
 static void wrap_backward(layer l, network net)
@@ -275,8 +283,14 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, const amp_backend_ops *ops
                   ops->activations;
     amp_plan_make(an);
     if (an->plan_on) AMP_FORWARD_IF_ERROR(ops->activations(an, err, errlen));
+    an->probe_on = s->opt.probe && ops->probe_forward && s->opt.dtype != AMP_DTYPE_FLOAT32;
     amp_point_slots(an);
     if (an->env.profile && ops->host_timing) amp_profile_install(an);
+    if (s->opt.probe && !an->probe_on)
+        fprintf(stderr, "amp: amp_probe=1: %s\n",
+                s->opt.dtype == AMP_DTYPE_FLOAT32
+                    ? "nothing to compare with amp_dtype=float32"
+                    : "the half layers of this backend cannot be probed yet (the CPU's can)");
     net->hook_data = an;
     return AMP_OK;
 }
@@ -294,7 +308,9 @@ void amp_point_slots(amp_net *an)
         const int params = al->orig_update != NULL;
         /* the wrappers, else what the backend installed (al->forward is
          * darknet's own where it installed nothing) */
-        const amp_layer_fn f = l->cost ? wrap_forward : al->forward;
+        const amp_layer_fn f = l->cost                                            ? wrap_forward
+                               : an->probe_on && al->precision == AMP_PRECISION_HALF ? wrap_probe
+                                                                                     : al->forward;
         const amp_layer_fn b = params || l->cost ? wrap_backward : al->backward;
         const amp_update_fn u = params ? wrap_update : al->update;
         if (params) {

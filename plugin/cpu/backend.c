@@ -420,5 +420,6 @@ const amp_backend_ops amp_cpu_backend = {
     .flushed = flushed,
     .memory = memory,
     .nonfinite_output = amp_cpu_nonfinite_output,
+    .probe_forward = amp_cpu_probe_forward,
     .describe = describe,
 };

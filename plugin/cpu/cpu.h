@@ -250,6 +250,8 @@ int amp_cpu_grow_mapped(void **p, size_t *bytes, size_t need);
 uint16_t *amp_cpu_half_delta(const amp_net *an, int i);
 /* backend.h's nonfinite_output: the layers' outputs as storage.c keeps them. */
 int amp_cpu_nonfinite_output(amp_net *an, int last, amp_overflow_scan *scan, int *finite_params);
+/* probe.c: backend.h's probe_forward (amp_probe). */
+int amp_cpu_probe_forward(amp_layer *al, layer l, network net, double *rel);
 /* Layer i's output as the plan stores it in half, NHWC: c channels by hw
  * positions per image (out_c by out_h x out_w; outputs by 1 for a layer
  * without a spatial shape). */

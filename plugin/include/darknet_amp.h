@@ -67,6 +67,10 @@ typedef struct amp_options {
     long fallback_after;   /* amp_fallback_after: that many steps in a row skipped at
                               amp_min_scale, each first non-finite in the same half layer's
                               gradients, make it fall back too; >= 1 */
+    int probe;             /* amp_probe: 1 compares every half layer's output with float32's
+                              on the first batch (same input) and puts those beyond the
+                              dtype's bound back to float32 (with amp_fallback); 0 (the
+                              default) does not */
 } amp_options;
 
 /* Defaults: PyTorch GradScaler's (65536, x2, x0.5, 2000), hysteresis 1, scale in

@@ -97,6 +97,7 @@ static amp_options defaults(amp_dtype dtype, int dynamic, float init)
     o.half_activations = 1;
     o.fallback = 1;
     o.fallback_after = 3;
+    o.probe = 0;
     return o;
 }
 
@@ -121,6 +122,7 @@ static int same_options(const amp_options *a, const amp_options *b, char *diff, 
     FIELD(half_activations, "%d")
     FIELD(fallback, "%d")
     FIELD(fallback_after, "%ld")
+    FIELD(probe, "%d")
 #undef FIELD
     return 1;
 }
@@ -129,11 +131,11 @@ static void describe_options(char *buf, size_t n, int enabled, const amp_options
 {
     snprintf(buf, n,
              "amp=%d %s %s init=%.9g growth=%.9g backoff=%.9g interval=%ld hysteresis=%d "
-             "scale in [%.9g, %.9g] max_skips=%ld activations=%s fallback=%d after %ld",
+             "scale in [%.9g, %.9g] max_skips=%ld activations=%s fallback=%d after %ld probe=%d",
              enabled, amp_dtype_name(o->dtype), o->dynamic ? "dynamic" : "static", o->init_scale,
              o->growth_factor, o->backoff_factor, o->growth_interval, o->hysteresis,
              o->min_scale, o->max_scale, o->max_skips, o->half_activations ? "half" : "float32",
-             o->fallback, o->fallback_after);
+             o->fallback, o->fallback_after, o->probe);
 }
 
 static void expect_ok(const char *net_keys, amp_dtype def, int enabled, amp_options want)
@@ -240,6 +242,7 @@ static void good_values(void)
     expect_ok("amp=1\namp_fallback=0", F16, 1, (o = defaults(F16, 1, 65536), o.fallback = 0, o));
     expect_ok("amp=1\namp_fallback=1\namp_fallback_after=1", BF16, 1,
               (o = defaults(BF16, 0, 1), o.fallback_after = 1, o));
+    expect_ok("amp=1\namp_probe=1", F16, 1, (o = defaults(F16, 1, 65536), o.probe = 1, o));
 
     /* A dynamic-only key makes bfloat16 dynamic instead of being ignored. */
     expect_ok("amp=1\namp_growth_interval=100", BF16, 1,
@@ -382,6 +385,8 @@ static const bad_case bad_values[] = {
     {"amp_fallback_after=0", "amp_fallback_after=0|expected an integer >= 1"},
     {"amp_fallback_after=-3", "amp_fallback_after=-3|expected an integer >= 1"},
     {"amp_fallback_after=2.5", "amp_fallback_after=2.5|expected an integer >= 1"},
+    {"amp_probe=2", "amp_probe=2|expected 0 or 1"},
+    {"amp_probe=on", "amp_probe=on|expected 0 or 1"},
 
     /* Keys against each other. */
     {"amp_min_scale=100\namp_max_scale=10",

@@ -73,6 +73,7 @@ static const struct {
     {"amp_max_skips", INTEGER, 0},
     {"amp_fallback", INTEGER, 0},
     {"amp_fallback_after", INTEGER, 0},
+    {"amp_probe", INTEGER, 0},
 };
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
 

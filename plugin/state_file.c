@@ -579,7 +579,7 @@ amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_
     }
     const size_t want_payload = version == 1   ? SF_V1_PAYLOAD_SIZE
                                 : version == 2 ? SF_V2_PAYLOAD_SIZE
-                                               : SF_PAYLOAD_FIXED + SF_ENTRY_SIZE * nfallback;
+                                               : SF_PAYLOAD_FIXED + (size_t)SF_ENTRY_SIZE * nfallback;
     const size_t want_size = SF_HEADER_SIZE + want_payload + 4, crc_at = want_size - 4;
     length = get_u32(buf + 12);
     if (length != want_payload) {
@@ -593,8 +593,8 @@ amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_
         return AMP_ERR_FORMAT;
     }
     if (n > want_size) {
-        amp_errorf(err, errlen, "state file %s: trailing bytes after the %zu version %" PRIu32
-                " defines", path, want_size, version);
+        amp_errorf(err, errlen, "state file %s: trailing bytes after the %zu bytes version %"
+                PRIu32 " defines", path, want_size, version);
         return AMP_ERR_FORMAT;
     }
     stored = get_u32(buf + crc_at);
@@ -624,9 +624,14 @@ amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_
         for (uint32_t k = 0; k < nfallback; ++k) {
             const uint32_t lk = get_u32(buf + SF_LIST_OFFSET + SF_ENTRY_SIZE * k);
             const uint32_t w = get_u32(buf + SF_LIST_OFFSET + SF_ENTRY_SIZE * k + 4);
-            /* out of range: -1, which the check refuses */
-            v.x.fallback[k].layer = lk <= INT32_MAX ? (int)lk : -1;
-            v.x.fallback[k].why = w <= INT32_MAX ? (int)w : -1;
+            if (lk > INT32_MAX || w > INT32_MAX) {
+                amp_errorf(err, errlen, "state file %s: fallback entry %" PRIu32 ": layer %" PRIu32
+                        ", why %" PRIu32 " (expected layers in increasing order below 2^31, why %d "
+                        "to %d)", path, k, lk, w, AMP_FELL_FORWARD, AMP_FELL_PROBE);
+                return AMP_ERR_FORMAT;
+            }
+            v.x.fallback[k].layer = (int)lk;
+            v.x.fallback[k].why = (int)w;
         }
     }
     if (check_values(&v, why, sizeof why) != 0) {

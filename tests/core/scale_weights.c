@@ -1,7 +1,9 @@
 /* Writes the weights of a cfg's network, freshly initialised from a seed as
  * darknet initialises them, with one layer's weights multiplied by a factor:
- * weights that make that layer's output overflow float16 (tests/core/
- * forward_overflow.sh) while float32 trains from them.
+ * weights that make that layer's output overflow float16 or underflow into
+ * its subnormals (tests/core/fallback.sh, probe.sh) while float32 trains
+ * from them. Always a CPU network: in a CUDA build, save_weights would
+ * otherwise save the device's copy of the weights, made before the scaling.
  *
  *   scale_weights CFG SEED LAYER FACTOR OUT
  */
@@ -16,6 +18,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: scale_weights CFG SEED LAYER FACTOR OUT\n");
         return 2;
     }
+#ifdef GPU
+    gpu_index = -1;
+#endif
     srand((unsigned)strtoul(argv[2], NULL, 10));
     network *net = parse_network_cfg(argv[1]);
     const int k = atoi(argv[3]);

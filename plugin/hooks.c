@@ -307,6 +307,15 @@ static void say_mostly_skipped(const amp_net *an, unsigned long long steps,
                         "with every half layer finite: check the training data (labels) and the "
                         "cost layer; mixed precision is not the cause\n",
                 grads + fwd + loss, steps);
+    else if (s->opt.dynamic && s->state.scale > s->opt.min_scale)
+        /* the scale never reached its floor: the backoff of a run's first steps */
+        fprintf(stderr, "amp: most steps were skipped (%llu of %llu), most for a gradient "
+                        "overflow while the dynamic loss scale backed off from amp_init_scale %g "
+                        "to %g: the first steps of a %s run find the scale, a large share of a run "
+                        "this short; a longer run skips a smaller share (a lower amp_init_scale, "
+                        "fewer)\n",
+                grads + fwd + loss, steps, s->opt.init_scale, s->state.scale,
+                amp_dtype_name(s->opt.dtype));
     else
         fprintf(stderr, "amp: most steps were skipped (%llu of %llu), most for a gradient "
                         "overflow (the loss scale ended at %g, amp_min_scale %g): the gradients "

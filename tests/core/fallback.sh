@@ -127,6 +127,23 @@ g=$(sed -n 's/amp: training done: 12 steps, \([0-9]*\) skipped.*/\1/p' "$out/pla
 [ "${g:-0}" -gt 0 ] && ! grep -q "runs in float32" "$out/plain.err" \
     && ok "the usual float16 start: $g steps skipped for a backward overflow while the scale backed off, no fallback" \
     || bad "plain weights: $(grep -E 'runs in float32|amp: skipped' "$out/plain.err")"
+# more than half of the 12 steps skipped: the line at the end says why, and
+# that it is the scale's start, not a layer to take out of half
+most=$(grep "amp: most steps were skipped" "$out/plain.err")
+if [ "$((2 * ${g:-0}))" -gt 12 ]; then
+    echo "$most" | grep -Eq "^amp: most steps were skipped \($g of 12\), most for a gradient overflow while the dynamic loss scale backed off from amp_init_scale 65536 to [0-9]+: the first steps of a float16 run find the scale" \
+        && ok "most steps skipped, said at the end as the scale's start: $(echo "$most" | cut -c1-160)..." \
+        || bad "the most-skipped line for the usual start: '$most'"
+else
+    [ -z "$most" ] && ok "$g of 12 skipped: no most-skipped line" || bad "$g of 12 skipped, yet: '$most'"
+fi
+# every step skipped for the forward overflow (amp_fallback=0, no limit)
+sed 's/^\[net\]/[net]\namp_fallback=0/; s/^max_batches=.*/max_batches=4/' "$out/amp.cfg" > "$out/keep.cfg"
+train "$out/keep.cfg" "$out/big.weights" keep
+grep -q "amp: most steps were skipped (4 of 4), most for a half layer's forward overflow" "$out/keep.err" \
+    && grep -q "run that layer in float32 (amp=0 in its section of the cfg)" "$out/keep.err" \
+    && ok "amp_fallback=0, 4 steps: all skipped for the forward overflow, said at the end with what to do" \
+    || bad "amp_fallback=0, 4 steps: $(grep -E 'most steps|training done' "$out/keep.err")"
 sed 's/^amp_dtype=float16$/amp_dtype=bfloat16/' "$out/plain.cfg" > "$out/bf16.cfg"
 DARKNET_AMP_INJECT="2:weights:inf:2,3,4" train "$out/bf16.cfg" "$out/plain.weights" grad
 line=$(grep "amp: layer 2 \[convolutional\] runs in float32 from the next step on: its gradients were the first not finite in 3 steps in a row skipped at the minimum loss scale, 1" "$out/grad.err")

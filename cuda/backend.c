@@ -431,14 +431,12 @@ static int nonfinite_output(amp_net *an, int last, amp_overflow_scan *scan, int 
             break;
         if (!s.nonfinite) continue;
         amp_overflow_scan p = {0, 0.0f}, q;
-        const size_t nw = l->type == CONNECTED ? (size_t)l->inputs * l->outputs
-                                               : (size_t)l->nweights;
-        const float *arrays[3] = {l->weights_gpu, l->biases_gpu,
-                                  l->batch_normalize ? l->scales_gpu : NULL};
-        const size_t sizes[3] = {nw, (size_t)l->n, (size_t)l->n};
+        size_t sizes[3];
+        amp_param_sizes(l, &sizes[0], &sizes[1], &sizes[2]);
+        const float *arrays[3] = {l->weights_gpu, l->biases_gpu, l->scales_gpu};
         for (int k = 0; k < 3; ++k) {
             q = (amp_overflow_scan){0, 0.0f};
-            if (arrays[k] && scan_device(an, dev, arrays[k], sizes[k], &q) == 0)
+            if (arrays[k] && sizes[k] && scan_device(an, dev, arrays[k], sizes[k], &q) == 0)
                 amp_overflow_merge(&p, &q);
         }
         *scan = s;

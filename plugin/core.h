@@ -265,6 +265,10 @@ struct amp_net {
 amp_net *amp_net_of(const network *net);
 /* A record for net with every layer allowed half precision; not attached. */
 amp_net *amp_net_new(network *net);
+/* The element counts of layer l's weights, biases and batch-norm scales as
+ * darknet's update uses them (its connected layer leaves nweights 0); 0 for
+ * a type without parameters. */
+int amp_param_sizes(const layer *l, size_t *weights, size_t *biases, size_t *scales);
 /* The parameter gradients of every layer darknet updates, sub-layers' too. */
 amp_status amp_collect_tensors(amp_net *an, char *err, size_t errlen);
 void amp_describe_tensor(const amp_net *an, int k, char *out, size_t size);

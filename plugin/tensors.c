@@ -54,8 +54,7 @@ static amp_status add_tensor(amp_net *an, int index, layer *src, const char *sub
     return AMP_OK;
 }
 
-/* The gradients of one layer that darknet's update consumes, by type. */
-static amp_status add_layer_tensors(amp_net *an, int index, const char *sub, layer *l)
+int amp_param_sizes(const layer *l, size_t *weights, size_t *biases, size_t *scales)
 {
     size_t w = 0, b = 0, s = 0;
     switch (l->type) {
@@ -71,8 +70,17 @@ static amp_status add_layer_tensors(amp_net *an, int index, const char *sub, lay
         w = (size_t)l->c * l->n * l->size * l->size * l->out_w * l->out_h, b = l->outputs;
         break;
     default:
-        return AMP_OK;
+        break;
     }
+    *weights = w, *biases = b, *scales = s;
+    return w + b + s > 0;
+}
+
+/* The gradients of one layer that darknet's update consumes, by type. */
+static amp_status add_layer_tensors(amp_net *an, int index, const char *sub, layer *l)
+{
+    size_t w, b, s;
+    if (!amp_param_sizes(l, &w, &b, &s)) return AMP_OK;
     AMP_FORWARD_IF_ERROR(add_tensor(an, index, l, sub, AMP_TENSOR_WEIGHTS, l->weights,
                                     l->weight_updates, w));
     AMP_FORWARD_IF_ERROR(add_tensor(an, index, l, sub, AMP_TENSOR_BIASES, l->biases,

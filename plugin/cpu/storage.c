@@ -353,11 +353,11 @@ static void scan_f32(const float *x, size_t n, amp_overflow_scan *s)
 static int params_finite(const layer *l)
 {
     amp_overflow_scan s = {0, 0};
-    /* darknet's connected layer leaves nweights 0 */
-    const size_t nw = l->type == CONNECTED ? (size_t)l->inputs * l->outputs : (size_t)l->nweights;
+    size_t nw, nb, ns;
+    amp_param_sizes(l, &nw, &nb, &ns);
     if (l->weights) scan_f32(l->weights, nw, &s);
-    if (l->biases) scan_f32(l->biases, (size_t)l->n, &s);
-    if (l->scales && l->batch_normalize) scan_f32(l->scales, (size_t)l->n, &s);
+    if (l->biases) scan_f32(l->biases, nb, &s);
+    if (l->scales) scan_f32(l->scales, ns, &s);
     return s.nonfinite == 0;
 }
 

@@ -191,7 +191,8 @@ static amp_status forward(amp_layer *al, layer l, network net, char *err, size_t
     /* darknet's float32 tail, as in forward_convolutional_layer_gpu */
     if (l.batch_normalize) forward_batchnorm_layer_gpu(l, net);
     else add_bias_gpu(l.output_gpu, l.biases_gpu, l.batch, l.n, l.out_w * l.out_h);
-    activate_array_gpu(l.output_gpu, l.outputs * l.batch, l.activation);
+    activate_array_keep_gpu(l.output_gpu, l.outputs * l.batch, l.activation,
+                            l.activation_input_gpu);
     return AMP_OK;
 }
 
@@ -204,7 +205,9 @@ static amp_status backward(amp_layer *al, layer l, network net, char *err, size_
     size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
     /* darknet's float32 tail gradients, as in backward_convolutional_layer_gpu */
     if (l.smooth) smooth_layer(l, 5, l.smooth);
-    gradient_array_gpu(l.output_gpu, l.outputs * l.batch, l.activation, l.delta_gpu);
+    gradient_array_gpu(activation_needs_input(l.activation) ? l.activation_input_gpu
+                                                            : l.output_gpu,
+                       l.outputs * l.batch, l.activation, l.delta_gpu);
     if (l.batch_normalize) backward_batchnorm_layer_gpu(l, net);
     else backward_bias_gpu(l.bias_updates_gpu, l.delta_gpu, l.batch, l.n, l.out_w * l.out_h);
 

@@ -205,6 +205,7 @@ struct amp_net {
     int first_update, last_update; /* lowest and highest index of a layer with parameters */
     unsigned long weights_version; /* moved by every update and every load */
     double prof_scaling_s;       /* DARKNET_AMP_PROFILE: saving, scaling, unscaling, checking */
+    int prof_installed;          /* DARKNET_AMP_PROFILE's timers hold the layers' slots */
     float batch_scale;           /* the scale the current batch was scaled with */
     int found_inf;               /* host-decided steps: a gradient was not finite */
     int bad_tensor;              /* host-decided steps: the first non-finite one, or -1 */

@@ -15,6 +15,9 @@
  * A half layer with batch-norm also keeps its batch-norm input (x) in half:
  * it is the half-rounded convolution, exact in half, and the normalised
  * values (x_norm) are made again from it in the backward, bit for bit.
+ * An activation whose gradient needs its input (mish, swish, hard_mish) gets
+ * that input made again the same way; without batch-norm, the layer's x in
+ * half keeps it (the half-rounded convolution, before the bias).
  *
  * A half delta lives only in the backward pass: from the backward of its
  * last reader, which zeroes it before adding (darknet zeroes every delta in
@@ -23,6 +26,8 @@
  * (amp_plan_delta_pool); in a chain of layers two or three are alive at once.
  */
 #include "backend.h" /* the backend's name */
+
+#include "activations.h" /* activation_needs_input */
 
 #include <stdlib.h>
 
@@ -80,7 +85,11 @@ void amp_plan_make(amp_net *an)
     for (int i = 0; i < net->n; ++i) {
         amp_layer *al = &an->layers[i];
         al->region = al->io == AMP_IO_HALF && cand[i];
-        al->x_half = al->io == AMP_IO_CONVERTS && cand[i] && net->layers[i].batch_normalize;
+        /* the batch-norm input, or without batch-norm the values before an
+         * activation whose gradient needs them (mish, swish, hard_mish) */
+        al->x_half = al->io == AMP_IO_CONVERTS && cand[i] &&
+                     (net->layers[i].batch_normalize ||
+                      (al->out_half && activation_needs_input(net->layers[i].activation)));
         al->delta_from = i; /* no reader: its own backward zeroes it */
         for (int j = i + 1; al->out_half && j < net->n; ++j) {
             int src[PLAN_MAX_INPUTS];
@@ -135,13 +144,16 @@ void amp_plan_bytes(const amp_net *an, double *fp32, double *planned)
         const amp_layer *al = &an->layers[i];
         const double n = (double)l->outputs * l->batch;
         const double x = al->io == AMP_IO_CONVERTS && l->batch_normalize ? 2 * n : 0;
+        /* darknet's values before mish, swish, hard_mish (on the plan's half
+         * storage the tail makes them again, or keeps them in x_half) */
+        const double ai = l->activation_input ? n : 0;
         /* darknet's dropout layer shares its input's arrays (in half, its delta
          * is its own: counted in the pool below) */
         const int shares = l->type == DROPOUT;
         const double out = l->output && !shares ? n : 0;
         const double delta = !shares && (l->delta || al->out_half) ? n : 0;
-        *fp32 += 4 * (out + delta + x);
-        *planned += al->out_half ? 2 * out : 4 * (out + delta);
+        *fp32 += 4 * (out + delta + x + ai);
+        *planned += al->out_half ? 2 * out : 4 * (out + delta + ai);
         *planned += al->x_half ? 2 * n : 4 * x;
         if (al->out_half) half_deltas += 2 * n;
     }

@@ -53,6 +53,7 @@ void amp_profile_install(amp_net *an)
         l->hook_data = al;
         al->wrapped = 1; /* detach puts darknet's pointers back */
     }
+    an->prof_installed = 1;
 }
 
 /* Time per layer type, every layer: where a training step goes. */

@@ -298,8 +298,11 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, const amp_backend_ops *ops
 void amp_point_slots(amp_net *an)
 {
     network *net = an->net;
-    /* DARKNET_AMP_PROFILE's timers hold the slots: what they call changes */
-    const int timed = an->env.profile && an->ops->host_timing && net->hook_data == an;
+    /* DARKNET_AMP_PROFILE's timers hold the slots: what they call changes.
+     * (Not told by net->hook_data: the cfg hooks set it before the first
+     * call, which then left darknet's own functions in the slots for the
+     * timers to wrap, float32 layers on half storage.) */
+    const int timed = an->prof_installed;
     an->first_update = an->last_update = -1;
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];

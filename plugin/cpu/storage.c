@@ -36,6 +36,8 @@
 
 #include "math/half_format.h"
 
+#include "activations.h" /* activation_needs_input */
+
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -135,7 +137,7 @@ static amp_status native_forward(amp_layer *al, cpu_layer *c, layer l, network n
         c->tail.y = (uint16_t *)l.output;
         c->tail.from_half = 1;
         /* the convolution into the batch-norm input (exact in half), else the output */
-        if (l.batch_normalize) t.output = (float *)c->x_h;
+        if (al->x_half) t.output = (float *)c->x_h;
     }
     const amp_status st = amp_onednn_plan_forward(t, net);
     c->tail = (amp_tail_half){0};
@@ -319,6 +321,10 @@ amp_status amp_cpu_activations(amp_net *an, char *err, size_t errlen)
             free(l->x_norm);
             l->x = l->x_norm = NULL;
         }
+        if (ok && al->out_half) { /* the half tail makes the activation's input again */
+            free(l->activation_input);
+            l->activation_input = NULL;
+        }
         AMP_RETURN_ERROR_IF(!ok, AMP_ERR_NOMEM, err, errlen,
                             "amp: out of memory storing layer %d's activations in half", i);
         c->plan_n = n;
@@ -404,10 +410,12 @@ void amp_cpu_activations_release(amp_net *an)
             l->output = calloc(n, sizeof(float));
             l->delta = calloc(n, sizeof(float));
         }
-        if (al->x_half) {
+        if (al->x_half && l->batch_normalize) {
             l->x = calloc(n, sizeof(float));
             l->x_norm = calloc(n, sizeof(float));
         }
+        if (al->out_half && l->type == CONVOLUTIONAL && activation_needs_input(l->activation))
+            l->activation_input = calloc(n, sizeof(float));
         if (al->region) amp_cpu_float32_forms(al, l); /* its half form undone */
         if (al->bk) amp_onednn_plan_io(cpu_layer_of(al), AMP_DTYPE_FLOAT32, AMP_DTYPE_FLOAT32);
         al->out_half = al->x_half = al->region = 0;

@@ -25,6 +25,10 @@
  * stays float32, keeping its batch-norm input in half NCHW where the plan
  * says x_half), and hands the rest over.
  *
+ * mish, swish and hard_mish take their gradient from the values before the
+ * activation (none can be inverted from its output): here darknet's
+ * l.activation_input keeps them, as darknet's convolutional layer does.
+ *
  * The per-channel work is compiled for AVX-512, AVX2 and baseline x86-64, one
  * chosen per process (isa.c: the CPU's widest, or DARKNET_AMP_MAX_CPU_ISA's
  * cap): the library is built for any x86-64, which alone would give these
@@ -36,6 +40,7 @@
 #include "math/half_format.h"
 
 #include "activations.h"
+#include "act_math.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -56,8 +61,10 @@
 #endif
 
 /* p = act(p * scale + bias) over one channel of one image; a loop per common
- * activation, so the compiler can vectorise it. */
-TAIL_INLINE void activate_slice(float *p, int size, float scale, float bias, ACTIVATION a)
+ * activation, so the compiler can vectorise it. keep (or NULL) gets the
+ * values before the activation, for those whose gradient needs them. */
+TAIL_INLINE void activate_slice(float *p, int size, float scale, float bias, ACTIVATION a,
+                                float *keep)
 {
     switch (a) {
     case LINEAR:
@@ -71,12 +78,23 @@ TAIL_INLINE void activate_slice(float *p, int size, float scale, float bias, ACT
             p[i] = v > 0 ? v : .1f * v;
         }
         break;
+    case MISH:
+    case SWISH:
+    case HARD_MISH: /* the gradient needs the values before the activation */
+#pragma omp simd
+        for (int i = 0; i < size; ++i) {
+            const float v = p[i] * scale + bias;
+            if (keep) keep[i] = v;
+            p[i] = a == MISH ? amp_mish(v) : a == SWISH ? amp_swish(v) : amp_hard_mish(v);
+        }
+        break;
     default:
         for (int i = 0; i < size; ++i) p[i] = activate(p[i] * scale + bias, a);
     }
 }
 
-/* d *= act'(y) over one slice. */
+/* d *= act'(y) over one slice; y is the activation's input for those whose
+ * gradient needs it (grad_source). */
 TAIL_INLINE void gradient_slice(float *d, const float *y, int size, ACTIVATION a)
 {
     switch (a) {
@@ -85,9 +103,34 @@ TAIL_INLINE void gradient_slice(float *d, const float *y, int size, ACTIVATION a
 #pragma omp simd
         for (int i = 0; i < size; ++i) d[i] *= y[i] > 0 ? 1.f : .1f;
         break;
+    case MISH:
+#pragma omp simd
+        for (int i = 0; i < size; ++i) d[i] *= amp_mish_grad(y[i]);
+        break;
+    case SWISH:
+#pragma omp simd
+        for (int i = 0; i < size; ++i) d[i] *= amp_swish_grad(y[i]);
+        break;
+    case HARD_MISH:
+#pragma omp simd
+        for (int i = 0; i < size; ++i) d[i] *= amp_hard_mish_grad(y[i]);
+        break;
     default:
         for (int i = 0; i < size; ++i) d[i] *= gradient(y[i], a);
     }
+}
+
+/* What act' reads at offset o: the output, or darknet's kept input. */
+static inline const float *grad_source(const layer *l, long o)
+{
+    return activation_needs_input(l->activation) && l->activation_input
+               ? l->activation_input + o
+               : l->output + o;
+}
+
+static inline float *keep_of(const layer *l, long o)
+{
+    return l->activation_input ? l->activation_input + o : NULL;
 }
 
 /* Half storage (the activation plan): one slice stored, or read back. */
@@ -131,7 +174,8 @@ static inline long slice(const tail_chan *c, int b)
 TAIL_INLINE void forward_bias(const layer *l, int f, const tail_chan *c, int size)
 {
     for (int b = 0; b < l->batch; ++b)
-        activate_slice(c->y + b * c->bs, size, 1, l->biases[f], l->activation);
+        activate_slice(c->y + b * c->bs, size, 1, l->biases[f], l->activation,
+                       keep_of(l, slice(c, b)));
 }
 
 /* Channel f with batch-norm: statistics (training), normalisation, scale,
@@ -191,7 +235,7 @@ TAIL_INLINE void forward_norm(const layer *l, const amp_tail_half *th, int train
 #pragma omp simd
             for (int i = 0; i < size; ++i) p[i] = (p[i] - mean) / den;
         }
-        activate_slice(p, size, sc, bi, l->activation);
+        activate_slice(p, size, sc, bi, l->activation, keep_of(l, o));
     }
 }
 
@@ -221,7 +265,7 @@ TAIL_INLINE void backward_bias(const layer *l, int f, const tail_grad *g, int si
 {
     for (int b = 0; b < l->batch; ++b) { /* added per image, as darknet does */
         float *d = g->d + b * g->bs;
-        gradient_slice(d, l->output + gslice(g, b), size, l->activation);
+        gradient_slice(d, grad_source(l, gslice(g, b)), size, l->activation);
         float s = 0;
 #pragma omp simd reduction(+ : s)
         for (int i = 0; i < size; ++i) s += d[i];
@@ -243,7 +287,7 @@ TAIL_INLINE void backward_norm(const layer *l, const amp_tail_half *th, const fl
     float ss = 0;
     for (int b = 0; b < batch; ++b) {
         float *d = g->d + b * g->bs;
-        gradient_slice(d, l->output + gslice(g, b), size, l->activation);
+        gradient_slice(d, grad_source(l, gslice(g, b)), size, l->activation);
         float s = 0;
         if (th->x) {
             const float *x = input_of(l, th, g, b, size);
@@ -380,7 +424,7 @@ void amp_tail_forward(layer l, network net, int nbias, int bias_size, amp_bn_for
     if (th->y) { /* the output in half storage: NHWC */
         if (!th->from_half) /* the half-rounded result in l.output (exact in half) */
             amp_cpu_to_half_nhwc(th->bf16 ? AMP_DTYPE_BFLOAT16 : AMP_DTYPE_FLOAT16, l.output,
-                                 l.batch_normalize ? th->x : th->y, l.batch, nbias, bias_size);
+                                 th->x ? th->x : th->y, l.batch, nbias, bias_size);
         amp_tail_forward_nhwc(l, net, nbias, bias_size, bn, th);
         return;
     }

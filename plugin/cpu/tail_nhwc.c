@@ -21,13 +21,17 @@
  * The formulas are darknet's forward_batchnorm_layer/backward_batchnorm_layer
  * (or cuDNN's forward, amp_bn_formula), add_bias/backward_bias,
  * activate_array/gradient_array: the same as tail.c's, with x_norm made again
- * from the kept batch-norm input in the backward.
+ * from the kept batch-norm input in the backward. mish, swish and hard_mish
+ * take their gradient from the values before the activation: made again the
+ * same way (x_norm scale + bias), or without batch-norm kept in x (the
+ * half-rounded convolution, before the bias; plan.c).
  */
 #include "cpu.h"
 
 #include "math/half_format.h"
 
 #include "activations.h"
+#include "act_math.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -78,12 +82,32 @@ NHWC_INLINE uint16_t st(float v, const int bf16)
  * constants). */
 NHWC_INLINE float act_f(float v, const ACTIVATION a)
 {
-    return a == LINEAR ? v : a == LEAKY ? (v > 0 ? v : .1f * v) : activate(v, a);
+    return a == LINEAR  ? v
+           : a == LEAKY ? (v > 0 ? v : .1f * v)
+           : a == MISH  ? amp_mish(v)
+           : a == SWISH ? amp_swish(v)
+           : a == HARD_MISH ? amp_hard_mish(v)
+                            : activate(v, a);
 }
 
 NHWC_INLINE float act_g(float y, const ACTIVATION a)
 {
     return a == LINEAR ? 1.f : a == LEAKY ? (y > 0 ? 1.f : .1f) : gradient(y, a);
+}
+
+/* act' from the output y, or from the input v where it needs that; inline so
+ * that the test folds away for the activations passed as constants */
+NHWC_INLINE int needs_input(const ACTIVATION a)
+{
+    return a == MISH || a == SWISH || a == HARD_MISH;
+}
+
+NHWC_INLINE float act_gv(float y, float v, const ACTIVATION a)
+{
+    return a == MISH    ? amp_mish_grad(v)
+           : a == SWISH ? amp_swish_grad(v)
+           : a == HARD_MISH ? amp_hard_mish_grad(v)
+                            : act_g(y, a);
 }
 
 /* ---- the passes over one chunk of positions [p0, p1) ---- */
@@ -152,16 +176,17 @@ NHWC_INLINE void chunk_bwd_sums(const nhwc_job *j, long p0, long p1, float *acc,
                                 const ACTIVATION a)
 {
     const int c_n = j->c;
-    const float *mean = j->mean, *den = j->den, *sc = j->scale;
+    const float *mean = j->mean, *den = j->den, *sc = j->scale, *bi = j->bias;
     float *s = acc, *ss = acc + c_n, *md = acc + 2 * c_n, *vd = acc + 3 * c_n;
     for (long p = p0; p < p1; ++p) {
         const uint16_t *x = j->x + p * c_n, *y = j->y + p * c_n, *dh = j->dh + p * c_n;
 #pragma omp simd
         for (int c = 0; c < c_n; ++c) {
-            const float d = ld(dh, c, bf16) * act_g(ld(y, c, bf16), a);
-            const float xm = ld(x, c, bf16) - mean[c], dd = d * sc[c];
+            const float xm = ld(x, c, bf16) - mean[c], xn = xm / den[c];
+            const float d = ld(dh, c, bf16) * act_gv(ld(y, c, bf16), xn * sc[c] + bi[c], a);
+            const float dd = d * sc[c];
             s[c] += d;
-            ss[c] += d * (xm / den[c]);
+            ss[c] += d * xn;
             md[c] += dd;
             vd[c] += dd * xm;
         }
@@ -174,6 +199,7 @@ NHWC_INLINE void chunk_bwd_dx(const nhwc_job *j, long p0, long p1, unsigned long
 {
     const int c_n = j->c;
     const float *mean = j->mean, *sc = j->scale, *inv = j->inv, *kv = j->kv, *km = j->km;
+    const float *den = j->den, *bi = j->bias;
     unsigned long long n0 = 0, f0 = 0;
     for (long p = p0; p < p1; ++p) {
         const uint16_t *x = j->x + p * c_n, *y = j->y + p * c_n;
@@ -181,8 +207,10 @@ NHWC_INLINE void chunk_bwd_dx(const nhwc_job *j, long p0, long p1, unsigned long
         unsigned n1 = 0, f1 = 0; /* 32-bit lanes in the loop */
 #pragma omp simd reduction(+ : n1, f1)
         for (int c = 0; c < c_n; ++c) {
-            const float d = ld(dh, c, bf16) * act_g(ld(y, c, bf16), a) * sc[c];
-            const float v = d * inv[c] + kv[c] * (ld(x, c, bf16) - mean[c]) + km[c];
+            const float xm = ld(x, c, bf16) - mean[c];
+            const float pre = needs_input(a) ? xm / den[c] * sc[c] + bi[c] : 0.f;
+            const float d = ld(dh, c, bf16) * act_gv(ld(y, c, bf16), pre, a) * sc[c];
+            const float v = d * inv[c] + kv[c] * xm + km[c];
             const uint16_t h = st(v, bf16);
             dh[c] = h;
             n1 += v != 0.0f;
@@ -201,14 +229,16 @@ NHWC_INLINE void chunk_bwd_bias(const nhwc_job *j, long p0, long p1, float *acc,
                                 const ACTIVATION a)
 {
     const int c_n = j->c;
+    const float *bi = j->bias;
     unsigned long long n0 = 0, f0 = 0;
     for (long p = p0; p < p1; ++p) {
-        const uint16_t *y = j->y + p * c_n;
+        const uint16_t *x = j->x + p * c_n, *y = j->y + p * c_n;
         uint16_t *dh = j->dh + p * c_n;
         unsigned n1 = 0, f1 = 0;
 #pragma omp simd reduction(+ : n1, f1)
         for (int c = 0; c < c_n; ++c) {
-            const float d = ld(dh, c, bf16) * act_g(ld(y, c, bf16), a);
+            const float pre = needs_input(a) ? ld(x, c, bf16) + bi[c] : 0.f;
+            const float d = ld(dh, c, bf16) * act_gv(ld(y, c, bf16), pre, a);
             const uint16_t h = st(d, bf16);
             dh[c] = h;
             acc[c] += d;
@@ -257,10 +287,12 @@ NHWC_INLINE void chunk_any(const nhwc_job *j, nhwc_pass pass, long p0, long p1, 
     if (j->bf16) {
         if (a == LEAKY) run_chunk(j, pass, p0, p1, acc, nz, fl, 1, LEAKY);
         else if (a == LINEAR) run_chunk(j, pass, p0, p1, acc, nz, fl, 1, LINEAR);
+        else if (a == MISH) run_chunk(j, pass, p0, p1, acc, nz, fl, 1, MISH);
         else run_chunk(j, pass, p0, p1, acc, nz, fl, 1, a);
     } else {
         if (a == LEAKY) run_chunk(j, pass, p0, p1, acc, nz, fl, 0, LEAKY);
         else if (a == LINEAR) run_chunk(j, pass, p0, p1, acc, nz, fl, 0, LINEAR);
+        else if (a == MISH) run_chunk(j, pass, p0, p1, acc, nz, fl, 0, MISH);
         else run_chunk(j, pass, p0, p1, acc, nz, fl, 0, a);
     }
 }
@@ -381,7 +413,7 @@ static nhwc_job job_for(const layer *l, const amp_tail_half *th, const nhwc_shap
     j.bf16 = th->bf16;
     j.act = l->activation;
     j.y = th->y;
-    j.x = l->batch_normalize ? th->x : th->y;
+    j.x = th->x ? th->x : th->y; /* without batch-norm, x only for mish and the like */
     j.dh = th->dh;
     return j;
 }
@@ -448,23 +480,26 @@ void amp_tail_backward_nhwc(layer l, network net, int nbias, int bias_size,
     const int n = nbias, w = sh.w;
     unsigned long long nz = 0, fl = 0;
     if (!l.batch_normalize) {
-        float *s = rows_of(1, n);
+        float *s = rows_of(1, n), *wide = rows_of(1, w);
+        j.bias = repeated(&sh, l.biases, wide);
         run_pass(&j, &sh, PASS_BWD_BIAS, 1, s, &nz, &fl);
         for (int f = 0; f < n; ++f) l.bias_updates[f] += s[f];
+        free(wide);
         free(s);
     } else {
         const float *mean = net.train ? l.mean : l.rolling_mean;
         const float *variance = net.train ? l.variance : l.rolling_variance;
         /* per channel: the four sums, the denominator, the inverse deviation,
-         * the two correction terms; and six of them repeated */
+         * the two correction terms; and seven of them repeated */
         float *c8 = rows_of(8, n), *sums = c8, *den = c8 + 4 * n, *inv = c8 + 5 * n;
         float *kv = c8 + 6 * n, *km = c8 + 7 * n;
-        float *wide = rows_of(6, w);
+        float *wide = rows_of(7, w);
         for (int f = 0; f < n; ++f) /* the forward's normalisation, to make x_norm again */
             den[f] = th->cudnn ? sqrtf(variance[f] + .00001f) : sqrtf(variance[f]) + .000001f;
         j.mean = repeated(&sh, mean, wide);
         j.den = repeated(&sh, den, wide + w);
         j.scale = repeated(&sh, l.scales, wide + 2 * w);
+        j.bias = repeated(&sh, l.biases, wide + 6 * w);
         run_pass(&j, &sh, PASS_BWD_SUMS, 4, sums, NULL, NULL);
         const float count = (float)((long)l.batch * bias_size);
         for (int f = 0; f < n; ++f) {

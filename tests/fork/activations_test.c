@@ -1,0 +1,113 @@
+/* The mish family (patches/0019-mish-swish-hard-mish.patch, and the CPU
+ * tails' vectorisable forms in plugin/cpu/act_math.h):
+ * - darknet's gradient(x, a) of mish, swish and hard_mish (taken from the
+ *   input x) against central finite differences of activate(x, a), on a grid
+ *   over [-30, 30] away from hard_mish's kinks;
+ * - the tails' amp_mish/amp_swish/amp_hard_mish and their gradients against
+ *   double precision, within a few ulps (they use one expf and rational
+ *   functions where darknet uses log1pf and tanhf; darknet's error is shown);
+ * - names: get_activation and activation_is_known know them,
+ *   activation_needs_input says which take the input.
+ */
+#include "activations.h"
+#include "act_math.h"
+
+#include "check.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+typedef float (*fn)(float);
+
+/* value, gradient and the size of the gradient's terms (and the value's),
+ * in double; sizes below 1e-30 count as 1e-30: float's exponentials underflow
+ * there (e^-90), to values no training step can tell from 0 */
+static void reference(ACTIVATION a, double x, double *v, double *g, double *scale,
+                      double *vscale)
+{
+    if (a == MISH) { /* n = e^x: tanh(softplus) = s2/(s2 + 2), sech^2 = 4 (s2 + 1)/(s2 + 2)^2 */
+        const double n = exp(x < 40 ? x : 40), s2 = n * n + 2 * n, den = s2 + 2;
+        const double t = s2 / den, rest = x * 4 * (s2 + 1) / (den * den) * n / (1 + n);
+        *v = x * t, *g = t + rest, *scale = fabs(t) + fabs(rest);
+    } else if (a == SWISH) {
+        const double sg = 1 / (1 + exp(-x)), rest = x * sg * (1 - sg);
+        *v = x * sg, *g = sg + rest, *scale = fabs(sg) + fabs(rest);
+    } else {
+        *v = x > 0 ? x : x > -2 ? x * x / 2 + x : 0;
+        *g = x > 0 ? 1 : x > -2 ? x + 1 : 0;
+        *scale = fabs(*g) + (x > -2 && x < 0 ? 1 : 0);
+    }
+    *vscale = a == HARD_MISH && x > -2 && x < 0 ? x * x / 2 - x : fabs(*v);
+    *scale = fmax(*scale, 1e-30);
+    *vscale = fmax(*vscale, 1e-30);
+}
+
+static double fd(ACTIVATION a, float x, float h)
+{
+    return ((double)activate(x + h, a) - activate(x - h, a)) / (2.0 * h);
+}
+
+int main(void)
+{
+    const ACTIVATION acts[] = {MISH, SWISH, HARD_MISH};
+    const char *names[] = {"mish", "swish", "hard_mish"};
+    const fn ours[] = {amp_mish, amp_swish, amp_hard_mish};
+    const fn ours_g[] = {amp_mish_grad, amp_swish_grad, amp_hard_mish_grad};
+    for (int k = 0; k < 3; ++k) {
+        const ACTIVATION a = acts[k];
+        /* finite differences of darknet's: step 1e-2 in float; error about
+         * 1e-7 |f| / 1e-2 + 1e-4 f''' <= 1e-4 (1 + |x|) */
+        double worst = 0;
+        int bad = 0, n = 0;
+        for (float x = -30.f; x <= 30.f; x += 0.0371f) {
+            if (a == HARD_MISH && (fabsf(x) < .02f || fabsf(x + 2) < .02f)) continue; /* kinks */
+            const double want = fd(a, x, 1e-2f), got = gradient(x, a);
+            const double err = fabs(got - want) / (1 + fabs(x));
+            if (err > worst) worst = err;
+            bad += err > 2e-4;
+            ++n;
+        }
+        CHECK(!bad, "%s: darknet's gradient (of the input) against finite differences at %d "
+                    "points in [-30, 30]: largest |difference|/(1 + |x|) %.2e (tolerance 2e-4)",
+              names[k], n, worst);
+        /* darknet's and the tails' forms against double precision, each
+         * within a few ulps of the scale of its terms (mish' and swish' sum
+         * two terms that cancel near their zero, x = -1.19 and -1.28) */
+        double wv = 0, wg = 0, wdg = 0;
+        int badv = 0, badg = 0;
+        for (float x = -90.f; x <= 90.f; x += 0.00937f) {
+            double rv, rg, scale, vscale;
+            reference(a, x, &rv, &rg, &scale, &vscale);
+            const double ev = fabs(ours[k](x) - rv) / vscale;
+            const double eg = fabs(ours_g[k](x) - rg) / scale;
+            const double edg = fabs(gradient(x, a) - rg) / scale;
+            if (ev > wv) wv = ev;
+            if (eg > wg) wg = eg;
+            if (edg > wdg) wdg = edg;
+            badv += ev > 8 * FLT_EPSILON;
+            badg += eg > 16 * FLT_EPSILON; /* swish's 1 - s from a rounded s: 8 ulp seen */
+        }
+        CHECK(!badv, "%s: the CPU tails' value against double precision on [-90, 90]: largest "
+                     "difference relative to its terms' size %.2e (tolerance 8 ulp = %.2e)",
+              names[k], wv, 8 * FLT_EPSILON);
+        CHECK(!badg, "%s: the CPU tails' gradient against double precision on [-90, 90]: largest "
+                     "difference relative to its terms' size %.2e (tolerance 16 ulp = %.2e); "
+                     "darknet's %.2e",
+              names[k], wg, 16 * FLT_EPSILON, wdg);
+        CHECK(get_activation((char *)names[k]) == a && activation_is_known(names[k]) &&
+                  activation_needs_input(a) && !strcmp(get_activation_string(a), names[k]),
+              "%s: parsed, named back, and its gradient takes the input", names[k]);
+    }
+    /* the check can fail: the gradient from the output (darknet's usual way)
+     * is not mish's */
+    const float x = -1.5f;
+    const double from_out = gradient(activate(x, MISH), MISH), want = fd(MISH, x, 1e-2f);
+    CHECK(fabs(from_out - want) > 1e-2,
+          "self-check: mish's gradient taken at its output (%.4f) differs from the true one "
+          "(%.4f)", from_out, want);
+    CHECK(!activation_needs_input(LEAKY) && !activation_needs_input(LINEAR) &&
+              !activation_is_known("gelu") && !activation_is_known("Mish"),
+          "leaky and linear take the output; gelu and Mish are not known");
+    return check_report();
+}

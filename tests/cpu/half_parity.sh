@@ -5,7 +5,9 @@
 # 2. amp=0 on layer 0 alone shows in the precision table;
 # 3. float16 (dynamic scale) and bfloat16 (static scale 1) for ITERS
 #    iterations, same seed and batches: the mean loss of the last 10
-#    iterations within a tolerance of FP32's.
+#    iterations within a tolerance of FP32's;
+# 4. in each run (FP32 too) the loss falls: the mean of the last 10
+#    iterations below half the mean of the first 10.
 #   half_parity.sh DRIVER COMPARE FP32_CFG LIST OUT ITERS
 set -u
 driver=$1 compare=$2 cfg=$3 list=$4 out=$5 iters=$6
@@ -24,7 +26,8 @@ if COMPARE_OUT="$out/all-off" COMPARE_B_ARGS="--cfg $out/fp16-all-off.cfg" sh "$
 else
     bad "float16 with amp=0 everywhere differs from FP32:"; tail -n 4 "$out/all-off.txt"
 fi
-grep -q "float32 (amp=0) .*13 layers" "$out/all-off/fp16_all_amp0.err" \
+nconv=$(grep -c '^\[convolutional\]$' "$cfg")
+grep -q "float32 (amp=0) .*$nconv layers" "$out/all-off/fp16_all_amp0.err" \
     && ok "precision table: $(grep 'amp=0)' "$out/all-off/fp16_all_amp0.err" | sed 's/^amp: *//')" \
     || bad "precision table does not list the amp=0 layers"
 
@@ -40,7 +43,11 @@ grep -q "float32 (amp=0) *1 layers: 0\$" "$out/first-off.err" \
 # early skips while the scale backs off to 256), bfloat16 through oneDNN 3.8%,
 # bfloat16 emulated 0.6%. Each run is deterministic for a given thread count,
 # but 200 iterations of a detector are chaotic: a one-ulp difference early on
-# moves the last losses by a few percent, hence 6%.
+# moves the last losses by a few percent, hence 6%. On shapes-v4-tiny (100
+# iterations): float16 3.8%, bfloat16 0.1%, bfloat16 emulated 0.4%. A short
+# run whose loss still falls steeply (shapes-v4, 40 iterations) gives
+# PARITY_TOL: there float16 is the 7 steps it skipped behind (16% measured).
+tol=${PARITY_TOL:-0.06}
 run() { # name cfg [env...]
     name=$1 c=$2
     shift 2
@@ -48,6 +55,7 @@ run() { # name cfg [env...]
         > "$out/$name.log" 2> "$out/$name.err" || bad "$name run failed: $(tail -n 2 "$out/$name.err")"
 }
 mean10() { grep '^iter' "$1" | tail -n 10 | awk '{ s += $4 } END { printf "%.6f", s / NR }'; }
+first10() { grep '^iter' "$1" | head -n 10 | awk '{ s += $4 } END { printf "%.6f", s / NR }'; }
 run fp32 "$cfg"
 with_net "amp=1\namp_dtype=float16" "$out/fp16.cfg"
 with_net "amp=1\namp_dtype=bfloat16" "$out/bf16.cfg"
@@ -58,12 +66,17 @@ run bfloat16 "$out/bf16.cfg"
 run bfloat16-emulated "$out/bf16.cfg" DARKNET_AMP_CPU=emulate
 grep -E '^amp: +bfloat16 ' "$out/bfloat16.err" | sed 's/^amp: */note: default bfloat16 run: /'
 ref=$(mean10 "$out/fp32.log")
-for dt in float16:0.06 bfloat16:0.06 bfloat16-emulated:0.06; do
+for dt in float16:$tol bfloat16:$tol bfloat16-emulated:$tol; do
     name=${dt%%:*} tol=${dt#*:}
     m=$(mean10 "$out/$name.log")
     last=$(grep '^iter' "$out/$name.log" | tail -n 1)
     rel=$(awk -v a="$m" -v b="$ref" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; printf "%.4f", d }')
     msg="$name: mean loss of the last 10 of $iters iterations $m vs FP32 $ref (relative difference $rel, tolerance $tol); last line: $last"
     awk -v r="$rel" -v t="$tol" 'BEGIN { exit !(r <= t) }' && ok "$msg" || bad "$msg"
+done
+for name in fp32 float16 bfloat16 bfloat16-emulated; do
+    a=$(first10 "$out/$name.log") b=$(mean10 "$out/$name.log")
+    msg="$name: the loss falls: mean of the first 10 iterations $a, of the last 10 $b (must be below half)"
+    awk -v a="$a" -v b="$b" 'BEGIN { exit !(b < a / 2) }' && ok "$msg" || bad "$msg"
 done
 [ $fails -eq 0 ] && echo "PASS: half parity" || { echo "FAIL: $fails failed checks"; exit 1; }

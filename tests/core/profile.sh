@@ -1,0 +1,30 @@
+#!/bin/sh
+# DARKNET_AMP_PROFILE=1 on a network with the activation plan on (half
+# storage between layers), through `darknet detector train`: training runs
+# (the timers wrap the plugin's layer functions, never darknet's own, which
+# would read half storage as float32: the cfg hook attaches before the
+# timers are installed) and the profile is printed: time by layer type,
+# memory, the half layers.
+#   profile.sh DARKNET DATA_DIR CFG OUT
+set -u
+darknet=$1 data_dir=$2 cfg=$3 out=$4
+rm -rf "$out" && mkdir -p "$out"
+fails=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+sed "s|^backup *=.*|backup = $out|" "$data_dir/shapes.data" > "$out/s.data"
+sed 's/^max_batches=.*/max_batches=2/; s|^\[net\]$|[net]\namp=1\namp_dtype=bfloat16|' "$cfg" \
+    > "$out/profile.cfg"
+DARKNET_AMP_PROFILE=1 DARKNET_SEED=1 "$darknet" detector train "$out/s.data" "$out/profile.cfg" \
+    -nogpu > "$out/run.log" 2> "$out/run.err"
+rc=$?
+[ $rc -eq 0 ] && ok "2 iterations of darknet detector train with DARKNET_AMP_PROFILE=1 and half activations: exit 0" \
+    || bad "exit $rc: $(grep -v '^Loaded' "$out/run.err" | tail -n 2)"
+grep -q 'activations: .* in bfloat16' "$out/run.err" \
+    && ok "the activation plan was on: $(grep -m1 'activations:' "$out/run.err" | sed 's/^amp: *//')" \
+    || bad "the activation plan was not on (nothing to test)"
+n=$(grep -c '^amp: profile: layer ' "$out/run.err")
+grep -q '^amp: profile: time in layers' "$out/run.err" && [ "$n" -gt 0 ] \
+    && ok "profile printed: time by layer type, $n half layers" \
+    || bad "no profile in the output"
+[ $fails -eq 0 ] && echo "PASS: profile" || { echo "FAIL: $fails failed checks"; exit 1; }

@@ -146,7 +146,8 @@ void amp_plan_bytes(const amp_net *an, double *fp32, double *planned)
         const double x = al->io == AMP_IO_CONVERTS && l->batch_normalize ? 2 * n : 0;
         /* darknet's values before mish, swish, hard_mish (on the plan's half
          * storage the tail makes them again, or keeps them in x_half) */
-        const double ai = l->activation_input ? n : 0;
+        const double ai =
+            l->type == CONVOLUTIONAL && activation_needs_input(l->activation) ? n : 0;
         /* darknet's dropout layer shares its input's arrays (in half, its delta
          * is its own: counted in the pool below) */
         const int shares = l->type == DROPOUT;

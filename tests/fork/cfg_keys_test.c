@@ -96,7 +96,8 @@ int main(int argc, char **argv)
     snprintf(text, sizeof text, "%s%s[sam]\nfrom=-1\n", base_net, conv);
     refused("section", text,
             (const char *[]){"section.cfg", "layer 1", "[sam]", "no layer of this type", NULL});
-    snprintf(text, sizeof text, "%s[convolutional]\nfilters=4\nsize=1\nactivation=gelu\n", base_net);
+    snprintf(text, sizeof text, "%s[convolutional]\nfilters=4\nsize=1\nactivation=gelu\n",
+             base_net);
     refused("activation", text,
             (const char *[]){"activation.cfg", "layer 0", "activation=gelu", NULL});
     snprintf(text, sizeof text, "%s[connected]\noutput=4\nactivation=mish\n", base_net);

@@ -196,7 +196,8 @@ static void yolo_checks(void)
         float *mc = c == 0 ? &m.x : c == 1 ? &m.y : c == 2 ? &m.w : &m.h;
         const float h = 1e-3f;
         *pc += h, *mc -= h;
-        double d = (box_iou_kind(p, tb, IOU_LOSS_CIOU) - box_iou_kind(m, tb, IOU_LOSS_CIOU)) / (2 * h);
+        double d =
+            (box_iou_kind(p, tb, IOU_LOSS_CIOU) - box_iou_kind(m, tb, IOU_LOSS_CIOU)) / (2 * h);
         if (c >= 2) { /* the paper's: alpha (w^2 + h^2) dv in place of alpha dv */
             const double dv = (box_ciou_v(p, tb) - box_ciou_v(m, tb)) / (2 * h);
             const double da = (box_iou_kind(p, tb, IOU_LOSS_DIOU) -

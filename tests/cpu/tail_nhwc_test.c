@@ -6,8 +6,11 @@
  * then backward_batchnorm_layer or backward_bias.
  *
  * Cases: channels 3, 8, 16 and 100 by 1, 35 and 169 positions, batch 2 or 3,
- * with and without batch-norm, each with LEAKY, LINEAR or LOGISTIC (darknet's
- * generic activate()), in float16 and bfloat16. With fewer than 64 channels
+ * with and without batch-norm, each with LEAKY, LINEAR, LOGISTIC (darknet's
+ * generic activate()), MISH, SWISH or HARD_MISH (whose gradient takes the
+ * values before the activation: darknet's from l.activation_input, ours made
+ * again from the batch-norm input, or without batch-norm kept in x), in
+ * float16 and bfloat16. With fewer than 64 channels
  * the implementation takes k = ceil(64 / c) positions as one row, and the
  * positions left after the last whole row as a row of their own: most cases
  * have such a remainder, and with 1 position nothing else. Above the threaded
@@ -160,7 +163,13 @@ static size_t nhwc_of(const tcase *t, size_t i)
 
 static const char *act_name(ACTIVATION a)
 {
-    return a == LEAKY ? "leaky" : a == LINEAR ? "linear" : a == LOGISTIC ? "logistic" : "?";
+    return a == LEAKY      ? "leaky"
+           : a == LINEAR   ? "linear"
+           : a == LOGISTIC ? "logistic"
+           : a == MISH     ? "mish"
+           : a == SWISH    ? "swish"
+           : a == HARD_MISH ? "hard_mish"
+                            : "?";
 }
 
 static void inputs_make(inputs *in, const tcase *t, amp_dtype dt, uint32_t seed)
@@ -261,6 +270,7 @@ static layer conv_layer(int batch, int h, int w, int c, ACTIVATION act, int bn)
         l.rolling_variance = calloc((size_t)c, sizeof(float));
         l.x = calloc(n, sizeof(float)), l.x_norm = calloc(n, sizeof(float));
     }
+    if (activation_needs_input(act)) l.activation_input = calloc(n, sizeof(float));
     return l;
 }
 
@@ -269,6 +279,7 @@ static layer layer_copy(const layer *l)
     layer o = *l;
     const int c = l->out_c;
     o.output = o.delta = o.x = o.x_norm = NULL; /* ours works on the half tensors only */
+    o.activation_input = NULL;
     o.biases = dup_floats(l->biases, c), o.bias_updates = dup_floats(l->bias_updates, c);
     if (l->batch_normalize) {
         o.scales = dup_floats(l->scales, c), o.scale_updates = dup_floats(l->scale_updates, c);
@@ -328,7 +339,9 @@ static void ours_train(layer *l2, const tcase *t, amp_dtype dt, const inputs *in
     th.bf16 = dt == AMP_DTYPE_BFLOAT16;
     th.from_half = 1;
     th.y = r->y;
-    if (t->bn) { /* batch-norm reads x, writes y; without, y holds x and is overwritten */
+    /* batch-norm reads x, writes y; so does mish and the like without (x
+     * kept for their gradient); else y holds x and is overwritten */
+    if (t->bn || activation_needs_input(t->act)) {
         memcpy(xh, in->xh, in->n * sizeof(uint16_t));
         th.x = xh;
     } else {
@@ -611,7 +624,7 @@ static void check_inference(run *u)
     memcpy(u->l2.rolling_variance, u->in.ivar, bytes);
     memcpy(u->l.output, u->in.x, u->n * sizeof(float));
     forward_batchnorm_layer(u->l, net);
-    activate_array(u->l.output, (int)u->n, t->act);
+    activate_array_keep(u->l.output, (int)u->n, t->act, u->l.activation_input);
     /* x_norm for check_outputs' allowance: darknet's normalize_cpu on the rolling statistics */
     memcpy(u->l.x_norm, u->in.x, u->n * sizeof(float));
     normalize_cpu(u->l.x_norm, u->l.rolling_mean, u->l.rolling_variance, t->batch, c, t->hw);
@@ -689,14 +702,15 @@ static void run_case(const tcase *t, amp_dtype dt, uint32_t seed)
         scale_bias(l->output, l->scales, batch, c, hw);
     }
     add_bias(l->output, l->biases, batch, c, hw);
-    activate_array(l->output, (int)n, t->act);
+    activate_array_keep(l->output, (int)n, t->act, l->activation_input);
     check_outputs(&u, "forward output", u.r.y, l->output);
 
     /* darknet's backward on our output (act' of the same values), as
      * backward_convolutional_layer before its GEMMs */
     from_nhwc(dt, u.r.y, l->output, batch, c, hw);
     memcpy(l->delta, u.in.g, n * sizeof(float));
-    gradient_array(l->output, (int)n, t->act, l->delta);
+    gradient_array(activation_needs_input(t->act) ? l->activation_input : l->output, (int)n,
+                   t->act, l->delta);
     memcpy(u.d, l->delta, n * sizeof(float));
     if (t->bn) backward_batchnorm_layer(*l, net);
     else backward_bias(l->bias_updates, l->delta, batch, c, hw);
@@ -716,14 +730,14 @@ int main(void)
 {
     static const int cs[] = {3, 8, 16, 100};
     static const int hws[][2] = {{1, 1}, {5, 7}, {13, 13}}; /* h x w: 1, 35, 169 positions */
-    static const ACTIVATION acts[] = {LEAKY, LINEAR, LOGISTIC};
+    static const ACTIVATION acts[] = {LEAKY, LINEAR, LOGISTIC, MISH, SWISH, HARD_MISH};
     tcase cases[2 * 4 * 3 + 1];
     int nc = 0;
     for (int ci = 0; ci < 4; ++ci)
         for (int hi = 0; hi < 3; ++hi)
             for (int bn = 0; bn < 2; ++bn) {
                 tcase t = {cs[ci], hws[hi][0] * hws[hi][1], hws[hi][0], hws[hi][1],
-                           (ci + hi) % 2 ? 3 : 2, bn, acts[(ci + hi + bn) % 3]};
+                           (ci + hi) % 2 ? 3 : 2, bn, acts[(ci + 2 * hi + bn) % 6]};
                 cases[nc++] = t;
             }
     /* 8 channels (rows of 8 positions), 6627 positions (a remainder of 3),

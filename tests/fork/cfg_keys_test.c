@@ -80,6 +80,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: cfg_keys_test SCRATCH EMBEDDED_CFG\n");
         return 2;
     }
+    gpu_index = -1; /* CPU networks, also in a CUDA build */
     scratch = argv[1];
     char cmd[600], text[4096];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", scratch);

@@ -260,6 +260,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: yolov4_layers_test SCRATCH\n");
         return 2;
     }
+    gpu_index = -1; /* CPU networks, also in a CUDA build */
     char cmd[600];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", argv[1]);
     if (system(cmd) != 0) return 2;

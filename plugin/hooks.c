@@ -378,6 +378,26 @@ static float on_train_mean(void *ctx, float v)
     return (float)(d / c->size);
 }
 
+/* Patch 0021: `darknet amp show FILE`. */
+static int on_command(void *ctx, int argc, char **argv, int *status)
+{
+    (void)ctx;
+    if (strcmp(argv[1], "amp") != 0) return 0;
+    if (argc != 4 || strcmp(argv[2], "show") != 0) {
+        fprintf(stderr, "usage: %s amp show FILE.weights.amp (or FILE.weights)\n", argv[0]);
+        *status = 2;
+        return 1;
+    }
+    char err[AMP_MSG_LEN];
+    if (amp_state_file_show(argv[3], stdout, err, sizeof err) != AMP_OK) {
+        fprintf(stderr, "%s\n", err);
+        *status = 1;
+        return 1;
+    }
+    *status = 0;
+    return 1;
+}
+
 static const darknet_hooks amp_hooks = {
     .net_options = on_net_options,
     .layer_options = on_layer_options,
@@ -390,6 +410,7 @@ static const darknet_hooks amp_hooks = {
     .train_world = on_train_world,
     .train_mean = on_train_mean,
     .network_resized = on_network_resized,
+    .command = on_command,
 };
 
 amp_status amp_register(void)

@@ -7,6 +7,7 @@
 #define AMP_STATE_FILE_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "darknet_amp.h" /* amp_status, amp_dtype */
 #include "math/scale_rule.h"  /* amp_scale_state */
@@ -80,6 +81,12 @@ amp_status amp_state_file_write(const char *weights, amp_dtype dtype, const amp_
 amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_state *s,
                                amp_weights_id *id, amp_state_extra *x, int *found, char *err,
                                size_t errlen);
+
+/* `darknet amp show`: the state file at path (or beside the weights file at
+ * path) in words on out, and whether the weights file beside it is the one it
+ * was saved with. A missing, unreadable or corrupt state file is an error
+ * naming it, with nothing printed. */
+amp_status amp_state_file_show(const char *path, FILE *out, char *err, size_t errlen);
 
 /* The sidecar path for a weights path ("<weights>.amp") into out (size
  * bytes). Returns 0, or -1 if it does not fit (or an argument is NULL). */

@@ -4,8 +4,12 @@
 # from the newest pair (<backup>/<cfg>.backup and its .amp). After every kill:
 # - every weights file present is whole (the checked loader takes it);
 # - every state file matches its weights (seen, size, CRC-32), except where
-#   the kill fell between the two renames: then the resume must say that the
-#   state belongs to other weights and start a fresh scaler;
+#   the kill fell between the two renames (the weights file's, then its state
+#   file's): then the newest weights file, the one whose save was cut, has the
+#   previous save's state file (other-weights) or, for a new name such as
+#   <cfg>_600.weights, none; a resume from it must say so and start a fresh
+#   scaler. No later run rewrites a numbered file, so such a file is accepted
+#   in later checks only while it is unchanged;
 # - the iteration count of the newest pair only moves forward.
 # The last run trains to max_batches; its final pair must match.
 #   kill_resume.sh DARKNET STATE_CHECK DATA_DIR CFG OUT SEED KILLS
@@ -64,6 +68,10 @@ while [ $k -lt "$kills" ]; do
             grep -q "belongs to other weights" "$out/run$k.err" \
                 && ok "run $k told the mismatched state apart and started a fresh scaler" \
                 || bad "run $k resumed a state of other weights: $(grep 'amp:' "$out/run$k.err" | head -n 2)"
+        elif [ "$prev_state" = none ]; then
+            grep -q "no $newest.amp: starting with a fresh scaler" "$out/run$k.err" \
+                && ok "run $k found no state file and started a fresh scaler" \
+                || bad "run $k did not say that the state file was missing: $(grep 'amp:' "$out/run$k.err" | head -n 2)"
         fi
     fi
     set -- "$out"/backup/*.weights "$out"/backup/*.backup
@@ -77,15 +85,26 @@ while [ $k -lt "$kills" ]; do
     # shellcheck disable=SC2086
     "$check" "$cfg" $files > "$out/check$k.txt" 2> /dev/null
     n=$(wc -l < "$out/check$k.txt")
-    broken=$(grep -c -v ' whole ' "$out/check$k.txt")
-    unbound=$(grep -v 'state=match' "$out/check$k.txt" | grep -c -v 'state=other-weights')
-    mism=$(grep -c 'state=other-weights' "$out/check$k.txt")
+    # shellcheck disable=SC2086
+    cut=$(ls -t $files | head -n 1)
+    torn=0 cut_now=0 unexplained=""
+    grep -v ' whole .*state=match$' "$out/check$k.txt" > "$out/odd$k.txt"
+    while read -r line; do
+        if grep -qxF "$line" "$out/torn.txt" 2> /dev/null; then
+            torn=$((torn + 1)) # cut by an earlier kill, unchanged since
+        elif [ "${line%% *}" = "$cut" ] && [ $cut_now -eq 0 ] \
+            && echo "$line" | grep -q ' whole .*state=\(other-weights\|none\)$'; then
+            echo "$line" >> "$out/torn.txt"
+            torn=$((torn + 1)) cut_now=1 told_apart=$((told_apart + 1))
+        else
+            unexplained="$unexplained${unexplained:+; }$line"
+        fi
+    done < "$out/odd$k.txt"
     pairs=$((pairs + n))
-    told_apart=$((told_apart + mism))
     tmp=$(find "$out/backup" -name '*tmp*' | wc -l)
-    [ "$broken" -eq 0 ] && [ "$unbound" -eq 0 ] \
-        && ok "kill $k after ${d}s: $n weights files whole, $((n - mism)) state files match, $mism belong to the previous save (killed between the renames), $tmp stray temporary files" \
-        || bad "kill $k after ${d}s: $(grep -v ' whole .*state=match' "$out/check$k.txt" | head -n 3)"
+    [ -z "$unexplained" ] \
+        && ok "kill $k after ${d}s: $n weights files whole, $((n - torn)) state files match, $torn cut between the renames (the previous save's state file or none), $tmp stray temporary files" \
+        || bad "kill $k after ${d}s: $unexplained"
     if [ -f "$newest" ]; then
         line=$(grep "^$newest " "$out/check$k.txt")
         seen=$(echo "$line" | sed -n 's/.* seen=\([0-9]*\).*/\1/p')
@@ -109,5 +128,5 @@ final="$out/backup/${base}_final.weights"
 grep -q ' whole .*state=match' "$out/check_final.txt" \
     && ok "final pair whole and matching: $(cat "$out/check_final.txt")" \
     || bad "final pair: $(cat "$out/check_final.txt")"
-echo "$survived kills of a running trainer; $pairs weights files checked, $told_apart state files of the previous save (told apart)"
+echo "$survived kills of a running trainer; $pairs weights files checked, $told_apart saves cut between the renames (told apart)"
 [ $fails -eq 0 ] && echo "PASS: kill and resume" || { echo "FAIL: $fails failed checks"; exit 1; }

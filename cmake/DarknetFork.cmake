@@ -78,7 +78,9 @@ add_executable(darknet_cli ${_dn_cli_sources})
 target_include_directories(darknet_cli PRIVATE "${DARKNET_DIR}/src")
 target_compile_options(darknet_cli PRIVATE ${_dn_c_flags})
 target_link_libraries(darknet_cli PRIVATE darknet_static)
-set_target_properties(darknet_cli PROPERTIES OUTPUT_NAME darknet
+# Named darknet-amp: Debian's stock `darknet` (the regression oracle) may be on
+# PATH too, and silently ignores amp=1; the two must never be mistaken.
+set_target_properties(darknet_cli PROPERTIES OUTPUT_NAME darknet-amp
     RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/bin")
 if(DARKNET_AMP_WITH_CUDA)
     set_target_properties(darknet_shared darknet_cli PROPERTIES LINKER_LANGUAGE CUDA)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h> /* readlink, access */
 
 /* The launcher's process count: Open MPI's mpirun, or a PMI launcher
  * (MPICH's, Slurm's). */
@@ -32,6 +33,27 @@ static void finalize_at_exit(void)
     if (state == 2 && comm.finalize) comm.finalize();
 }
 
+#ifdef AMP_HAVE_MPI
+/* The module in <program's directory>/../lib/darknet-amp/ (an installed
+ * prefix, or the build tree), else where it was built. */
+static const char *module_beside_program(char *buf, size_t n)
+{
+    char exe[4096];
+    const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = '\0';
+        char *slash = strrchr(exe, '/');
+        const char *base = strrchr(AMP_MPI_MODULE, '/');
+        if (slash && base) {
+            *slash = '\0';
+            const int w = snprintf(buf, n, "%s/../lib/darknet-amp%s", exe, base);
+            if (w > 0 && (size_t)w < n && access(buf, R_OK) == 0) return buf;
+        }
+    }
+    return AMP_MPI_MODULE;
+}
+#endif
+
 static amp_status open_group(int n, char *err, size_t errlen)
 {
 #ifndef AMP_HAVE_MPI
@@ -42,7 +64,8 @@ static amp_status open_group(int n, char *err, size_t errlen)
                      n);
 #else
     const char *path = getenv("DARKNET_AMP_MPI_MODULE");
-    if (!path || !*path) path = AMP_MPI_MODULE;
+    char beside[4096];
+    if (!path || !*path) path = module_beside_program(beside, sizeof beside);
     void *lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
     AMP_RETURN_ERROR_IF(!lib, AMP_ERR_INVALID, err, errlen,
                         "amp: launched as one of %d processes, but the MPI module cannot be "

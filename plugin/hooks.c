@@ -4,6 +4,7 @@
  * the training progress line. Also amp_attach, for programs that build
  * networks themselves. */
 #include "backend.h"
+#include "cli.h"
 #include "dist.h"
 #include "options.h"
 #include "state_file.h"
@@ -22,7 +23,11 @@ static int on_net_options(void *ctx, network *net, list *options, const char *cf
     /* The dtype by default: the network's backend's (float16 on a GPU,
      * bfloat16 on the CPU); darknet has set net->gpu_index by now. */
     const amp_dtype dtype = amp_backend_for(net)->default_dtype;
-    if (amp_options_parse_net(options, cfgfile, dtype, &enabled, &o, err, errlen) != AMP_OK)
+    amp_net_override ov = *amp_cli_override(); /* the program's -amp */
+    if (ov.set && ov.device_default) ov.dtype = dtype;
+    char conflict[AMP_MSG_LEN];
+    if (amp_options_parse_net_override(options, cfgfile, dtype, &ov, &enabled, &o, conflict,
+                                       sizeof conflict, err, errlen) != AMP_OK)
         return 1;
     /* A data-parallel launch (docs/distributed.md): the cfg's batch is the
      * whole step's, each process trains its share; with amp=0 the step
@@ -37,12 +42,14 @@ static int on_net_options(void *ctx, network *net, list *options, const char *cf
                             cfgfile, net->batch * net->subdivisions, net->subdivisions,
                             net->batch, comm->size);
         net->batch /= comm->size;
-        if (!enabled) {
-            amp_options_init(&o, AMP_DTYPE_FLOAT32);
-            o.dynamic = 0;
-            o.init_scale = 1;
-            enabled = 1;
-        }
+    }
+    /* the program's start-up line (cli.c) */
+    amp_cli_net_read(net, cfgfile, enabled, o.dtype, comm != NULL, conflict);
+    if (comm && !enabled) {
+        amp_options_init(&o, AMP_DTYPE_FLOAT32);
+        o.dynamic = 0;
+        o.init_scale = 1;
+        enabled = 1;
     }
     amp_net *an = amp_net_new(net);
     amp_scaler *s = NULL;
@@ -379,23 +386,16 @@ static float on_train_mean(void *ctx, float v)
 }
 
 /* Patch 0021: `darknet amp show FILE`. */
-static int on_command(void *ctx, int argc, char **argv, int *status)
+static int on_command(void *ctx, int *argc, char **argv, int *status)
 {
     (void)ctx;
-    if (strcmp(argv[1], "amp") != 0) return 0;
-    if (argc != 4 || strcmp(argv[2], "show") != 0) {
-        fprintf(stderr, "usage: %s amp show FILE.weights.amp (or FILE.weights)\n", argv[0]);
-        *status = 2;
-        return 1;
-    }
-    char err[AMP_MSG_LEN];
-    if (amp_state_file_show(argv[3], stdout, err, sizeof err) != AMP_OK) {
-        fprintf(stderr, "%s\n", err);
-        *status = 1;
-        return 1;
-    }
-    *status = 0;
-    return 1;
+    return amp_cli_command(argc, argv, status);
+}
+
+static void on_train_progress(void *ctx, network *net, const darknet_train_progress *p)
+{
+    (void)ctx;
+    amp_cli_progress(net, p);
 }
 
 static const darknet_hooks amp_hooks = {
@@ -411,6 +411,7 @@ static const darknet_hooks amp_hooks = {
     .train_mean = on_train_mean,
     .network_resized = on_network_resized,
     .command = on_command,
+    .train_progress = on_train_progress,
 };
 
 amp_status amp_register(void)

@@ -140,6 +140,16 @@ static const struct {
     {"fp32", AMP_DTYPE_FLOAT32},
 };
 
+amp_status amp_dtype_parse(const char *name, amp_dtype *dtype)
+{
+    for (size_t i = 0; name && i < sizeof dtype_names / sizeof dtype_names[0]; ++i)
+        if (!strcmp(name, dtype_names[i].name)) {
+            *dtype = dtype_names[i].dtype;
+            return AMP_OK;
+        }
+    return AMP_ERR_INVALID;
+}
+
 /* What was read from one section, before defaults are applied. */
 typedef struct parsed {
     const kvp *kv[K_COUNT]; /* NULL: absent */
@@ -544,12 +554,44 @@ static amp_status combine(const parsed *v, const char *where, amp_dtype default_
 amp_status amp_options_parse_net(list *net_options, const char *cfgfile, amp_dtype default_dtype,
                                  int *enabled, amp_options *o, char *err, size_t errlen)
 {
+    return amp_options_parse_net_override(net_options, cfgfile, default_dtype, NULL, enabled, o,
+                                          NULL, 0, err, errlen);
+}
+
+/* The cfg's values ov overrides, into conflict; then v as if the cfg had
+ * said what ov says. */
+static void apply_override(parsed *v, const amp_net_override *ov, char *conflict, size_t len)
+{
+    static kvp written = {"amp_dtype", NULL, 1};
+    text a, b;
+    a.s[0] = b.s[0] = '\0';
+    if (v->kv[K_AMP] && v->integer[K_AMP] != ov->enabled) show(&a, v->kv[K_AMP]->val);
+    if (ov->enabled && v->kv[K_DTYPE] && v->dtype != ov->dtype) show(&b, v->kv[K_DTYPE]->val);
+    if (conflict && len)
+        snprintf(conflict, len, "%s%s%s%s%s", a.s[0] ? "amp=" : "", a.s, a.s[0] && b.s[0] ? " " : "",
+                 b.s[0] ? "amp_dtype=" : "", b.s);
+    if (ov->enabled) {
+        written.val = (char *)amp_dtype_name(ov->dtype);
+        v->kv[K_DTYPE] = &written;
+        v->dtype = ov->dtype;
+    }
+}
+
+amp_status amp_options_parse_net_override(list *net_options, const char *cfgfile,
+                                          amp_dtype default_dtype, const amp_net_override *ov,
+                                          int *enabled, amp_options *o, char *conflict,
+                                          size_t conflictlen, char *err, size_t errlen)
+{
     char where[AMP_MSG_LEN];
     parsed v;
     amp_options result;
     amp_status st;
+    const int override = ov && ov->set;
     if (err && errlen) err[0] = '\0';
-    snprintf(where, sizeof where, "%s: [net]", cfgfile ? cfgfile : "(cfg)");
+    if (conflict && conflictlen) conflict[0] = '\0';
+    snprintf(where, sizeof where, "%s: [net]%s%s%s", cfgfile ? cfgfile : "(cfg)",
+             override ? " (with " : "", override && ov->as_written ? ov->as_written : "",
+             override ? ")" : "");
     if (!enabled || !o)
         AMP_RETURN_ERROR(AMP_ERR_INVALID, err, errlen,
                          "%s: amp_options_parse_net: enabled and o must not be NULL",
@@ -564,10 +606,11 @@ amp_status amp_options_parse_net(list *net_options, const char *cfgfile, amp_dty
     }
     amp_options_init(o, default_dtype);
     st = read_net_keys(net_options, cfgfile, where, &v, err, errlen);
+    if (st == AMP_OK && override) apply_override(&v, ov, conflict, conflictlen);
     if (st == AMP_OK) st = combine(&v, where, default_dtype, &result, err, errlen);
     if (st != AMP_OK) return st;
     *o = result;
-    *enabled = v.kv[K_AMP] ? (int)v.integer[K_AMP] : 0;
+    *enabled = override ? ov->enabled : v.kv[K_AMP] ? (int)v.integer[K_AMP] : 0;
     return AMP_OK;
 }
 

@@ -28,6 +28,30 @@
 amp_status amp_options_parse_net(list *net_options, const char *cfgfile, amp_dtype default_dtype,
                                  int *enabled, amp_options *o, char *err, size_t errlen);
 
+/* A command line's choice over the cfg's [net] amp and amp_dtype (the
+ * darknet-amp program's -amp): set 0 leaves the cfg's; enabled 0 is amp=0,
+ * enabled 1 amp=1 with amp_dtype=dtype. as_written is the switch as the user
+ * typed it ("-amp float16"), for messages. */
+typedef struct amp_net_override {
+    int set, enabled;
+    int device_default; /* -amp 1: the caller puts the device's default in dtype */
+    amp_dtype dtype;
+    const char *as_written;
+} amp_net_override;
+
+/* A dtype by the names amp_dtype= takes (float16, fp16, half, bfloat16,
+ * bf16, float32, fp32); AMP_ERR_INVALID for any other. */
+amp_status amp_dtype_parse(const char *name, amp_dtype *dtype);
+
+/* amp_options_parse_net with ov applied: every key is still validated as
+ * written; the dtype's defaults are ov's dtype's. conflict gets the cfg's
+ * values that ov overrides ("amp=0", "amp_dtype=bfloat16", or both), "" when
+ * none (ov NULL or unset: always ""). */
+amp_status amp_options_parse_net_override(list *net_options, const char *cfgfile,
+                                          amp_dtype default_dtype, const amp_net_override *ov,
+                                          int *enabled, amp_options *o, char *conflict,
+                                          size_t conflictlen, char *err, size_t errlen);
+
 /* Reads a layer section's amp key: *half_allowed is 1 when it is absent or
  * amp=1, 0 when amp=0. index is the layer's index and type its section name
  * as written ("[convolutional]"; brackets are added when missing). Other AMP

@@ -36,12 +36,14 @@ make_dataset() {
 
 # train_run NAME DIR CFG DATA KEYS: trains CFG with KEYS (lines joined by a
 # literal \n, e.g. "amp=1\namp_dtype=float16") added to [net], on the
-# dataset DATA (gen_dataset's directory), with darknet's own `detector
-# train`, then validates the final weights on DATA's valid list. Writes into
-# DIR: the cfg, train.log, eval.log, loss.dat (one row per iteration:
-# iteration, loss, average loss, step seconds, scale, skipped steps; NaN
-# where the run has no AMP, so that gnuplot leaves a gap) and summary
-# (key|value lines, read with summary_value).
+# dataset DATA (gen_dataset's directory), with the fork's `darknet-amp
+# detector train`, then validates the final weights on DATA's valid list.
+# Shows, as they come, the program's start-up banner and its warnings and
+# notes (start_show). Writes into DIR: the cfg, train.log (stdout),
+# train.err (stderr), eval.log, loss.dat (one row per iteration: iteration,
+# loss, average loss, step seconds, scale, skipped steps; NaN where the run
+# has no AMP, so that gnuplot leaves a gap) and summary (key|value lines,
+# read with summary_value).
 train_run() {
     name=$1 dir=$2 src=$3 dset=$4 keys=$5
     rm -rf "$dir" && mkdir -p "$dir/weights"
@@ -56,13 +58,19 @@ train_run() {
     start=$(now)
     # stdbuf: darknet prints with printf, block-buffered into a pipe. The
     # pipeline's status is the last command's, so darknet's own is kept in a file.
-    # GNU time: the run's peak resident memory (its exit status is darknet's)
-    { st=0; stdbuf -oL /usr/bin/time -f %M -o "$dir/maxrss" "$build/bin/darknet" detector train \
-          "$dir/shapes.data" "$cfg" 2>"$dir/train.err" \
-          || st=$?; echo "$st" > "$dir/train.rc"; } \
-        | tee "$dir/train.log" | awk -F': |, ' -v every="$every" '/^[0-9]+: / && ($1 % every == 0 || $1 == 1) {
+    # GNU time: the run's peak resident memory (its exit status is darknet's).
+    # stdout (fd 3) goes to train.log and the progress lines; stderr to
+    # train.err and, filtered, straight to the console (fd 4): the start-up
+    # lines come before the first iteration, so they show under "== train".
+    {
+        {
+            { st=0; stdbuf -oL /usr/bin/time -f %M -o "$dir/maxrss" "$build/bin/darknet-amp" detector train \
+                  "$dir/shapes.data" "$cfg" 2>&1 1>&3 3>&- || st=$?; echo "$st" > "$dir/train.rc"; } \
+                | tee "$dir/train.err" | start_show 3>&- >&4
+        } 3>&1 | tee "$dir/train.log" | awk -F': |, ' -v every="$every" '/^[0-9]+: / && ($1 % every == 0 || $1 == 1) {
             extra = ""; for (i = 7; i <= NF; i++) extra = extra ", " $i
             printf "  iteration %5d  loss %8.3f  avg %8.3f  %s%s\n", $1, $2, $3, $5, extra; fflush() }'
+    } 4>&1
     seconds=$(echo "$start $(now)" | awk '{ printf "%.1f", $2 - $1 }')
     rc=$(cat "$dir/train.rc" 2>/dev/null || echo "unknown")
     weights=$(ls "$dir"/weights/*_final.weights 2>/dev/null || true)
@@ -96,8 +104,79 @@ train_run() {
             | awk -F'|' '{ printf "%s|%.1f%%\n", $1, 100 * $2 }'
         echo "$last" | awk '$5 != "NaN" { printf "skipped steps|%d\nfinal loss scale|%s\n", $6, $5 }'
         awk 'NR == 1 && $1 + 0 > 0 { printf "peak memory|%.0f MiB\n", $1 / 1024 }' "$dir/maxrss" 2>/dev/null || true
+        echo "half path|$(half_path "$dir/train.err")"
         echo "weights|$weights"
     } > "$dir/summary"
+}
+
+# start_show: reads a run's stderr and shows, as they come and once each,
+# the program's start-up banner ("darknet-amp 0.1.0 (...): AMP on, ..."),
+# its own lines ("darknet-amp: -amp 0 overrides ...") and the plugin's
+# warnings and notes ("amp: warning: ...", "amp: note: "). A read loop, not
+# awk: Debian's awk (mawk) reads a pipe in blocks, which would hold these
+# lines back until the run has written a few KiB more or ended.
+start_show() {
+    seen="
+"
+    while IFS= read -r line || [ -n "$line" ]; do
+        case $line in
+        "darknet-amp "* | "darknet-amp:"* | "amp: warning:"* | "amp: note:"*)
+            case $seen in *"
+$line
+"*) ;;
+            *)
+                seen="$seen$line
+"
+                printf '  %s\n' "$line"
+                ;;
+            esac
+            ;;
+        esac
+    done
+}
+
+# start_lines FILE: the warnings and notes among those lines of a run's
+# stderr (FILE), once each: not the banner nor the program's lines that only
+# say where things are (its training record, what -map validates on).
+start_lines() {
+    awk '/^(darknet-amp:|amp: (warning|note):)/ && !/^darknet-amp: (training record |-map: validation mAP)/ \
+         && !seen[$0]++' "$1" 2>/dev/null || true
+}
+
+# half_path FILE: what ran a run's half layers, in words, from the plugin's
+# start-up table in its stderr (FILE): the first "layer precision:" table's
+# half rows, "<dtype> (<label>)", where the CPU backend's labels are the form
+# ("oneDNN convolution", "im2col + matmul", ...), " on float32 kernels" when
+# oneDNN has no kernels of the half type here and computes on operands
+# rounded to it, or "emulated"; then its "CPU: oneDNN <isa>; the plugin's
+# loops <isa>" line. "-" when the run printed no table (amp=0), "none" when
+# no layer ran in half. A label of another backend is shown as it is.
+half_path() {
+    awk '
+        !table && /^amp: .*layer precision:$/ { table = 1; next }
+        table == 1 && /^amp:   (float16|bfloat16) \(/ {
+            dtype = $2; label = $0
+            sub(/^amp:   [a-z0-9]+ \(/, "", label); sub(/\) +[0-9]+ layers?: .*$/, "", label)
+            if (label == "emulated") emulated = 1
+            else if (label ~ /^(oneDNN |im2col \+ matmul)/) {
+                if (label ~ / on float32 kernels$/) f32 = 1; else native = 1
+            } else if (!(label in other)) { other[label] = 1; others = others (others == "" ? "" : ", ") label }
+            next
+        }
+        table == 1 && /^amp:   [a-z]/ { next }
+        table == 1 { table = 2 }
+        /^amp:   CPU: oneDNN / && isa == "" {
+            isa = $4; sub(/;$/, "", isa); loops = $0; sub(/.*the plugin.s loops /, "", loops); sub(/ .*/, "", loops)
+        }
+        END {
+            if (!table) { print "-"; exit }
+            s = ""
+            if (native) s = "oneDNN " dtype " kernels" (isa != "" ? " (" isa ")" : "")
+            if (f32) s = s (s != "" ? " + " : "") "oneDNN float32 kernels, " dtype " operands" (isa != "" ? " (" isa ")" : "")
+            if (emulated) s = s (s != "" ? " + " : "") "emulated" (loops != "" ? " (" loops " loops)" : "")
+            if (others != "") s = s (s != "" ? " + " : "") others
+            print (s != "" ? s : "none (all layers float32)")
+        }' "$1" 2>/dev/null || echo "-"
 }
 
 # summary_value DIR KEY: a value from DIR/summary.

@@ -1,0 +1,48 @@
+/* What the darknet-amp program adds to darknet's commands (docs/cfg.md,
+ * "The darknet-amp program"): its own options, taken out of argv before
+ * darknet reads it, the start-up line, and for `detector train` the training
+ * record and the validation mAP.
+ *
+ *   -amp bfloat16|float16|float32|1|0   overrides [net] amp and amp_dtype
+ *                                       (1: the device's default dtype)
+ *   -map                                `detector train`: validation mAP@0.5
+ *   -map_every N                        every N iterations (default: 4 epochs,
+ *                                       at least 100) and at the end
+ *
+ * The record: <backup>/<cfg base>.record.tsv, one tab-separated row per
+ * iteration after "#" comment lines:
+ *   iteration loss avg_loss rate scale skipped images_per_s wall_s map50
+ * scale and skipped are NaN with AMP off, map50 NaN where no mAP was taken;
+ * wall_s counts from the first run's start and goes on across resumes, whose
+ * first iteration drops the rows from that iteration on.
+ *
+ * Only the darknet program reaches this (through patch 0021's command hook);
+ * a library user's networks see none of it. Nothing here exits: a record or
+ * an evaluation that fails says so once and training goes on. */
+#ifndef AMP_CLI_H
+#define AMP_CLI_H
+
+#include "darknet.h"
+#include "options.h" /* amp_net_override */
+
+#include <stddef.h>
+
+/* The command hook: runs `amp show FILE` (returns 1, *status its exit
+ * status), or takes -amp, -map and -map_every out of argv (lowering *argc)
+ * and returns 0 so that darknet runs its command; 1 with *status 2 and a
+ * message on stderr when one of them is malformed. */
+int amp_cli_command(int *argc, char **argv, int *status);
+
+/* The program's -amp (set 0 without one, and outside the program). */
+const amp_net_override *amp_cli_override(void);
+
+/* Once [net] is read: says, once per process and only in the program, what
+ * the program is and whether AMP is on for cfgfile, and which cfg values -amp
+ * overrides (conflict, as amp_options_parse_net_override wrote it). */
+void amp_cli_net_read(const network *net, const char *cfgfile, int enabled, amp_dtype dtype,
+                      int data_parallel, const char *conflict);
+
+/* The hooks' train_progress: one record row, and the mAP when it is due. */
+void amp_cli_progress(network *net, const darknet_train_progress *p);
+
+#endif

@@ -1,0 +1,252 @@
+/* Validation figures of a darknet detector (detector_map.h). */
+#include "detector_map.h"
+#include "error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NMS 0.45f
+#define MIN_SCORE 0.005f /* detections kept for the precision/recall curve */
+#define MAX_TRUTH 256    /* objects read per image, as darknet's max_boxes order */
+
+typedef struct {
+    float score;
+    int image, cls, truth; /* truth: index of the matched ground truth or -1 */
+} scored;
+
+typedef struct {
+    box b;
+    int cls, used;
+} truth_box;
+
+void amp_map_free_lines(char **lines)
+{
+    for (char **p = lines; p && *p; ++p) free(*p);
+    free(lines);
+}
+
+char **amp_map_read_lines(const char *path, int *count, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    char line[4096];
+    char **v = calloc(1, sizeof *v);
+    int n = 0;
+    *count = 0;
+    if (!f || !v) {
+        free(v);
+        if (f) fclose(f);
+        amp_errorf(err, errlen, "%s: cannot read the list", path);
+        return NULL;
+    }
+    while (fgets(line, sizeof line, f)) {
+        size_t len = strcspn(line, "\r\n");
+        line[len] = 0;
+        if (!len) continue;
+        char **w = realloc(v, (n + 2) * sizeof *v);
+        if (!w || !(w[n] = strdup(line))) {
+            if (w) v = w;
+            v[n] = NULL;
+            amp_map_free_lines(v);
+            fclose(f);
+            amp_errorf(err, errlen, "%s: out of memory", path);
+            return NULL;
+        }
+        v = w;
+        v[++n] = NULL;
+    }
+    fclose(f);
+    *count = n;
+    return v;
+}
+
+/* The label file darknet's training reads for img (fill_truth_detection). */
+static void label_path(const char *img, char *out)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s", img);
+    find_replace(path, "images", "labels", out);
+    find_replace(out, "JPEGImages", "labels", out);
+    find_replace(out, "raw", "labels", out);
+    find_replace(out, ".jpg", ".txt", out);
+    find_replace(out, ".png", ".txt", out);
+    find_replace(out, ".JPG", ".txt", out);
+    find_replace(out, ".JPEG", ".txt", out);
+}
+
+static int read_truth(const char *img, truth_box *out, int max)
+{
+    char path[4096];
+    int n = 0, cls;
+    float x, y, w, h;
+    label_path(img, path);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    while (n < max && fscanf(f, "%d %f %f %f %f", &cls, &x, &y, &w, &h) == 5) {
+        out[n].b.x = x, out[n].b.y = y, out[n].b.w = w, out[n].b.h = h;
+        out[n].cls = cls, out[n].used = 0;
+        ++n;
+    }
+    fclose(f);
+    return n;
+}
+
+static int by_score(const void *a, const void *b)
+{
+    float x = ((const scored *)a)->score, y = ((const scored *)b)->score;
+    return (x < y) - (x > y);
+}
+
+/* Area under the precision/recall curve, precision made monotone from the
+ * right; -1 when out of memory. */
+static double average_precision(const scored *d, int n, int cls, int positives)
+{
+    double *prec = malloc((n + 1) * sizeof *prec), *rec = malloc((n + 1) * sizeof *rec);
+    int tp = 0, fp = 0, m = 0;
+    double ap = 0;
+    if (!prec || !rec) {
+        free(prec);
+        free(rec);
+        return -1;
+    }
+    for (int i = 0; i < n; ++i) {
+        if (d[i].cls != cls) continue;
+        if (d[i].truth >= 0) ++tp; else ++fp;
+        prec[m] = (double)tp / (tp + fp);
+        rec[m] = positives ? (double)tp / positives : 0;
+        ++m;
+    }
+    for (int i = m - 2; i >= 0; --i)
+        if (prec[i] < prec[i + 1]) prec[i] = prec[i + 1];
+    for (int i = 0; i < m; ++i) ap += (rec[i] - (i ? rec[i - 1] : 0)) * prec[i];
+    free(prec);
+    free(rec);
+    return ap;
+}
+
+void amp_map_result_free(amp_map_result *r)
+{
+    free(r->ap);
+    free(r->positives);
+    r->ap = NULL;
+    r->positives = NULL;
+}
+
+/* One image's detections into *dets, matched against its truth. */
+static amp_status eval_image(network *net, const char *path, int index, int classes, float thresh,
+                             scored **dets, int *ndets, int *cap, amp_map_result *r, int *found,
+                             int *kept, double *iou_sum, char *err, size_t errlen)
+{
+    truth_box truth[MAX_TRUTH];
+    int ntruth = read_truth(path, truth, MAX_TRUTH);
+    char labels[4096];
+    label_path(path, labels);
+    AMP_RETURN_ERROR_IF(ntruth < 0, AMP_ERR_IO, err, errlen,
+                        "%s: no label file %s (darknet reads an image's labels there)", path,
+                        labels);
+    FILE *probe = fopen(path, "rb"); /* darknet's image loader exits on a missing file */
+    AMP_RETURN_ERROR_IF(!probe, AMP_ERR_IO, err, errlen, "%s: cannot read the image", path);
+    fclose(probe);
+    for (int t = 0; t < ntruth; ++t)
+        if (truth[t].cls >= 0 && truth[t].cls < classes) ++r->positives[truth[t].cls];
+    r->objects += ntruth;
+
+    image im = load_image_color((char *)path, 0, 0);
+    image sized = letterbox_image(im, net->w, net->h);
+    network_predict(net, sized.data);
+    int nboxes = 0;
+    detection *d = get_network_boxes(net, im.w, im.h, MIN_SCORE, .5f, 0, 1, &nboxes);
+    do_nms_sort(d, nboxes, classes, NMS);
+    const int first = *ndets;
+    amp_status st = AMP_OK;
+    for (int j = 0; j < nboxes && st == AMP_OK; ++j) {
+        for (int c = 0; c < classes; ++c) {
+            if (d[j].prob[c] < MIN_SCORE) continue;
+            if (*ndets == *cap) {
+                const int grown = *cap ? 2 * *cap : 1024;
+                scored *w = realloc(*dets, grown * sizeof **dets);
+                if (!w) {
+                    amp_errorf(err, errlen, "%s: out of memory", path);
+                    st = AMP_ERR_NOMEM;
+                    break;
+                }
+                *dets = w, *cap = grown;
+            }
+            scored *s = &(*dets)[(*ndets)++];
+            s->score = d[j].prob[c];
+            s->image = index;
+            s->cls = c;
+            s->truth = j; /* the box index until matching, below */
+        }
+    }
+    if (st == AMP_OK) {
+        /* Greedy matching within this image, highest score first. */
+        scored *v = *dets;
+        qsort(v + first, *ndets - first, sizeof *v, by_score);
+        for (int k = first; k < *ndets; ++k) {
+            box b = d[v[k].truth].bbox; /* relative=1: already in 0..1 */
+            int best = -1;
+            float best_iou = .5f;
+            for (int t = 0; t < ntruth; ++t) {
+                if (truth[t].used || truth[t].cls != v[k].cls) continue;
+                float iou = box_iou(b, truth[t].b);
+                if (iou >= best_iou) best_iou = iou, best = t;
+            }
+            v[k].truth = best;
+            if (best >= 0) truth[best].used = 1;
+            if (v[k].score >= thresh) {
+                ++*kept;
+                if (best >= 0) ++*found, *iou_sum += best_iou;
+            }
+        }
+    }
+    free_detections(d, nboxes);
+    free_image(sized);
+    free_image(im);
+    return st;
+}
+
+amp_status amp_detector_map(network *net, char **images, int nimages, float thresh,
+                            amp_map_result *r, char *err, size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    AMP_RETURN_ERROR_IF(!net || net->n < 1, AMP_ERR_INVALID, err, errlen,
+                        "amp_detector_map: no network");
+    const int classes = net->layers[net->n - 1].classes;
+    AMP_RETURN_ERROR_IF(classes < 1, AMP_ERR_INVALID, err, errlen,
+                        "the network's last layer has %d classes: not a detector", classes);
+    AMP_RETURN_ERROR_IF(nimages < 1, AMP_ERR_INVALID, err, errlen, "no images to evaluate");
+    r->classes = classes;
+    r->images = nimages;
+    r->ap = calloc(classes, sizeof *r->ap);
+    r->positives = calloc(classes, sizeof *r->positives);
+    if (!r->ap || !r->positives) {
+        amp_map_result_free(r);
+        AMP_RETURN_ERROR(AMP_ERR_NOMEM, err, errlen, "amp_detector_map: out of memory");
+    }
+    scored *dets = NULL;
+    int ndets = 0, cap = 0, found = 0, kept = 0;
+    double iou_sum = 0;
+    amp_status st = AMP_OK;
+    for (int i = 0; i < nimages && st == AMP_OK; ++i)
+        st = eval_image(net, images[i], i, classes, thresh, &dets, &ndets, &cap, r, &found, &kept,
+                        &iou_sum, err, errlen);
+    if (st == AMP_OK) {
+        qsort(dets, ndets, sizeof *dets, by_score);
+        for (int c = 0; c < classes && st == AMP_OK; ++c) {
+            r->ap[c] = average_precision(dets, ndets, c, r->positives[c]);
+            if (r->ap[c] < 0) {
+                amp_errorf(err, errlen, "amp_detector_map: out of memory");
+                st = AMP_ERR_NOMEM;
+            }
+            r->map50 += r->ap[c];
+        }
+        r->map50 /= classes;
+        r->recall = r->objects ? (double)found / r->objects : 0;
+        r->precision = kept ? (double)found / kept : 0;
+        r->mean_iou = found ? iou_sum / found : 0;
+    }
+    free(dets);
+    if (st != AMP_OK) amp_map_result_free(r);
+    return st;
+}

@@ -70,7 +70,7 @@ check_banner off "AMP off (-amp 0)"
 check_banner fp32 "AMP off ($out/fp32/p.cfg [net] has no amp=1; -amp bfloat16 or -amp float16 turns it on)"
 check_banner plain "AMP on, bfloat16 (-amp bfloat16)"
 check_banner one "AMP on, bfloat16 (-amp 1)"
-banner switch16 | grep -q "CPU build" && ok "the start-up line names the build: $(banner switch16 | sed 's/.*(darknet/(darknet/; s/): AMP.*/)/')" \
+banner switch16 | grep -Eq "; (CPU build|CUDA build, on the CPU)\)" && ok "the start-up line names the build: $(banner switch16 | sed 's/.*(darknet/(darknet/; s/): AMP.*/)/')" \
     || bad "the start-up line does not name the build: $(banner switch16)"
 
 conflicts() { grep -c "^darknet-amp: -amp .* overrides" "$out/$1/err.log"; }

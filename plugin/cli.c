@@ -174,10 +174,13 @@ void amp_cli_net_read(const network *net, const char *cfgfile, int enabled, amp_
 
 /* ---- the record ---- */
 
-/* The record's path: <backup>/<base>.record.tsv. */
-static void record_path(const darknet_train_progress *p, char *path, size_t n)
+/* <backup>/<base><suffix>, one slash between (darknet's default backup
+ * directory, and many a .data file, end with one). */
+static void backup_file(const darknet_train_progress *p, const char *suffix, char *path, size_t n)
 {
-    snprintf(path, n, "%s/%s.record.tsv", p->backup_directory, p->base);
+    const size_t len = strlen(p->backup_directory);
+    const int slash = len > 0 && p->backup_directory[len - 1] == '/';
+    snprintf(path, n, "%s%s%s%s", p->backup_directory, slash ? "" : "/", p->base, suffix);
 }
 
 /* Keeps an earlier run's comments and rows before iteration from, in tmp;
@@ -218,7 +221,7 @@ static double keep_earlier(const char *path, FILE *tmp, int from, int *kept)
 static void record_open(const darknet_train_progress *p)
 {
     char path[4096], tmp[4200];
-    record_path(p, path, sizeof path);
+    backup_file(p, ".record.tsv", path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *t = fopen(tmp, "w");
     int kept = 0;
@@ -335,8 +338,8 @@ static double map_due(network *net, const darknet_train_progress *p)
     if (!cli.map_net && !map_setup(p, every)) return -1;
 
     char tmp[4096], best[4096], err[AMP_MSG_LEN];
-    snprintf(tmp, sizeof tmp, "%s/%s.map.tmp", p->backup_directory, p->base);
-    snprintf(best, sizeof best, "%s/%s_best.weights", p->backup_directory, p->base);
+    backup_file(p, ".map.tmp", tmp, sizeof tmp);
+    backup_file(p, "_best.weights", best, sizeof best);
     const double t0 = now();
     const darknet_hooks *h = darknet_set_hooks(NULL);
     save_weights(net, tmp);

@@ -10,9 +10,7 @@ set -u
 darknet=$1 data_dir=$2 cfg=$3 out=$4
 rm -rf "$out" && mkdir -p "$out/backup"
 sed "s|^backup *=.*|backup = $out/backup|" "$data_dir/shapes.data" > "$out/shapes.data"
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../lib.sh" # ok, bad, verdict
 with_net_key() { sed "s|^\[net\]\$|[net]\n$1|" "$cfg" > "$2"; }
 train() { # cfg name
     DARKNET_SEED=1 "$darknet" detector train "$out/shapes.data" "$1" -nogpu > "$out/$2.log" 2> "$out/$2.err"

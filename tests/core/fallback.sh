@@ -31,9 +31,7 @@
 set -u
 darknet=$1 scale=$2 data_dir=$3 cfg=$4 out=$5
 rm -rf "$out" && mkdir -p "$out"
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../lib.sh" # ok, bad, verdict
 sed "s|^backup *=.*|backup = $out|" "$data_dir/shapes.data" > "$out/s.data"
 sed 's/^max_batches=.*/max_batches=30/' "$cfg" > "$out/amp.cfg"
 sed 's/^amp=1$/amp=0/' "$out/amp.cfg" > "$out/fp32.cfg"
@@ -155,4 +153,4 @@ sed 's/^\[net\]/[net]\namp_fallback_after=4/' "$out/bf16.cfg" > "$out/after4.cfg
 DARKNET_AMP_INJECT="2:weights:inf:2,3,4" train "$out/after4.cfg" "$out/plain.weights" after4
 grep -q "runs in float32" "$out/after4.err" && bad "amp_fallback_after=4: fell back after 3: $(grep 'runs in float32' "$out/after4.err")" \
     || ok "amp_fallback_after=4: 3 such skips in a row leave layer 2 in bfloat16"
-[ $fails -eq 0 ] && echo "PASS: fallback" || { echo "FAIL: $fails failed checks"; exit 1; }
+verdict "fallback"

@@ -16,9 +16,7 @@
 set -u
 darknet=$1 check=$2 data_dir=$3 cfg=$4 out=$5 seed=$6 kills=$7
 rm -rf "$out" && mkdir -p "$out/backup"
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../lib.sh" # ok, bad, verdict
 sed "s|^backup *=.*|backup = $out/backup|" "$data_dir/shapes.data" > "$out/kill.data"
 base=$(basename "$cfg" .cfg)
 newest="$out/backup/$base.backup"
@@ -129,4 +127,4 @@ grep -q ' whole .*state=match' "$out/check_final.txt" \
     && ok "final pair whole and matching: $(cat "$out/check_final.txt")" \
     || bad "final pair: $(cat "$out/check_final.txt")"
 echo "$survived kills of a running trainer; $pairs weights files checked, $told_apart saves cut between the renames (told apart)"
-[ $fails -eq 0 ] && echo "PASS: kill and resume" || { echo "FAIL: $fails failed checks"; exit 1; }
+verdict "kill and resume"

@@ -10,9 +10,7 @@
 set -u
 darknet=$1 data_dir=$2 cfg=$3 out=$4
 rm -rf "$out" && mkdir -p "$out"
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../lib.sh" # ok, bad, verdict
 sed "s|^backup *=.*|backup = $out|" "$data_dir/shapes.data" > "$out/s.data"
 list=$(sed -n 's/^train *= *//p' "$data_dir/shapes.data")
 yolo1=$(awk '/^\[/ { if ($0 != "[net]") n++ } /^\[yolo\]/ { print n - 1; exit }' "$cfg")
@@ -55,4 +53,4 @@ rc=$?
 msg=$(grep "amp_max_skips=2): the loss of layer $yolo1 \[yolo\] is not finite" "$out/b.err")
 [ $rc -eq 1 ] && [ -n "$msg" ] && ok "amp_max_skips=2 stopped the run (exit 1): $msg" \
     || bad "amp_max_skips: exit $rc, $(tail -n 2 "$out/b.err")"
-[ $fails -eq 0 ] && echo "PASS: non-finite loss" || { echo "FAIL: $fails failed checks"; exit 1; }
+verdict "non-finite loss"

@@ -16,9 +16,7 @@
 set -u
 darknet=$1 scale=$2 data_dir=$3 cfg=$4 out=$5
 rm -rf "$out" && mkdir -p "$out"
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../lib.sh" # ok, bad, verdict
 sed "s|^backup *=.*|backup = $out|" "$data_dir/shapes.data" > "$out/s.data"
 sed 's/^max_batches=.*/max_batches=6/' "$cfg" > "$out/off.cfg"
 sed 's/^\[net\]/[net]\namp_probe=1/' "$out/off.cfg" > "$out/probe.cfg"
@@ -60,4 +58,4 @@ train "$out/off.cfg" "$out/tiny.weights" tiny_off
 ! grep -q "runs in float32\|amp: probe" "$out/tiny_off.err" \
     && ok "without the probe nothing finds layer 2: no fallback" \
     || bad "without the probe: $(grep -E 'probe|float32' "$out/tiny_off.err")"
-[ $fails -eq 0 ] && echo "PASS: probe" || { echo "FAIL: $fails failed checks"; exit 1; }
+verdict "probe"

@@ -9,9 +9,7 @@
 set -u
 darknet=$1 data_dir=$2 cfg=$3 out=$4
 rm -rf "$out" && mkdir -p "$out"
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../lib.sh" # ok, bad, verdict
 sed "s|^backup *=.*|backup = $out|" "$data_dir/shapes.data" > "$out/s.data"
 sed 's/^max_batches=.*/max_batches=2/; s|^\[net\]$|[net]\namp=1\namp_dtype=bfloat16|' "$cfg" \
     > "$out/profile.cfg"
@@ -27,4 +25,4 @@ n=$(grep -c '^amp: profile: layer ' "$out/run.err")
 grep -q '^amp: profile: time in layers' "$out/run.err" && [ "$n" -gt 0 ] \
     && ok "profile printed: time by layer type, $n half layers" \
     || bad "no profile in the output"
-[ $fails -eq 0 ] && echo "PASS: profile" || { echo "FAIL: $fails failed checks"; exit 1; }
+verdict "profile"

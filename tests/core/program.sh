@@ -17,9 +17,7 @@ rm -rf "$out" && mkdir -p "$out"
 # One convolution form, not the fastest by timing (which may differ from one
 # run to the next, and with it the sums' order): byte-for-byte comparisons.
 export DARKNET_AMP_CONV=direct
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../lib.sh" # ok, bad, verdict
 
 # run NAME KEYS ARGS...: trains a copy of CFG with KEYS (\n-separated) in
 # [net] for 4 iterations into $out/NAME/, with ARGS after `detector train`
@@ -126,4 +124,4 @@ refused bad_dtype "-amp fp8: expected bfloat16, float16, float32, 1" detector tr
 refused no_value "-amp needs a value" detector train "$out/fp32/s.data" "$cfg" -amp
 refused map_every "-map_every 0: expected a number of iterations >= 1" detector train "$out/fp32/s.data" "$cfg" -map_every 0
 
-[ $fails -eq 0 ] && echo "PASS: -amp and the start-up line" || { echo "FAIL: $fails failed checks"; exit 1; }
+verdict "-amp and the start-up line"

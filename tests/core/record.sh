@@ -17,9 +17,7 @@
 set -u
 darknet=$1 eval=$2 data_dir=$3 cfg=$4 out=$5 src=$6
 rm -rf "$out" && mkdir -p "$out/backup"
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../lib.sh" # ok, bad, verdict
 sed "s|^backup *=.*|backup = $out/backup|" "$data_dir/shapes.data" > "$out/s.data"
 sed 's/^max_batches=.*/max_batches=120/' "$cfg" > "$out/rec.cfg"
 record=$out/backup/rec.record.tsv
@@ -124,4 +122,4 @@ else
     echo "note: no gnuplot here: scripts/chart not tried"
 fi
 
-[ $fails -eq 0 ] && echo "PASS: the training record and -map" || { echo "FAIL: $fails failed checks"; exit 1; }
+verdict "the training record and -map"

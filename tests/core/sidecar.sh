@@ -10,9 +10,7 @@
 set -u
 driver=$1 cfg=$2 list=$3 out=$4
 rm -rf "$out" && mkdir -p "$out"
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../lib.sh" # ok, bad, verdict
 train() { # name iters [extra driver args]
     n=$1 it=$2
     shift 2
@@ -121,4 +119,4 @@ else
     echo "skip: version 1 sidecar (no python3 to write one)"
 fi
 
-[ $fails -eq 0 ] && echo "PASS: sidecar" || { echo "FAIL: $fails failed checks"; exit 1; }
+verdict "sidecar"

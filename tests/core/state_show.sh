@@ -7,9 +7,7 @@
 set -u
 darknet=$1 data_dir=$2 cfg=$3 out=$4
 rm -rf "$out" && mkdir -p "$out"
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../lib.sh" # ok, bad, verdict
 sed "s|^backup *=.*|backup = $out|" "$data_dir/shapes.data" > "$out/s.data"
 sed 's/^max_batches=.*/max_batches=2/; s|^\[net\]$|[net]\namp=1\namp_dtype=float16|' "$cfg" > "$out/show.cfg"
 DARKNET_SEED=1 "$darknet" detector train "$out/s.data" "$out/show.cfg" -nogpu > "$out/train.log" 2>&1 \
@@ -42,4 +40,4 @@ rc=$?
 "$darknet" amp > "$out/usage.txt" 2>&1
 rc=$?
 [ $rc -eq 2 ] && grep -q 'usage:' "$out/usage.txt" && ok "usage: exit 2" || bad "usage (exit $rc)"
-[ $fails -eq 0 ] && echo "PASS: amp show" || { echo "FAIL: $fails failed checks"; exit 1; }
+verdict "amp show"

@@ -20,9 +20,7 @@ if [ "$onednn" != ON ]; then
     exit 77
 fi
 rm -rf "$out" && mkdir -p "$out"
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../lib.sh" # ok, bad, verdict
 sed 's|^\[net\]$|[net]\namp=1\namp_dtype=bfloat16|' "$cfg" > "$out/bf16.cfg"
 sed 's|^\[net\]$|[net]\namp=1\namp_dtype=float16|' "$cfg" > "$out/fp16.cfg"
 run() { # name cfg env...: one iteration, stderr to $out/name.err

@@ -12,9 +12,7 @@
 set -u
 driver=$1 compare=$2 cfg=$3 list=$4 out=$5 iters=$6
 rm -rf "$out" && mkdir -p "$out"
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../lib.sh" # ok, bad, verdict
 with_net() { sed "s|^\[net\]\$|[net]\n$1|" "$cfg" > "$2"; }
 
 with_net "amp=1\namp_dtype=float16" "$out/fp16-all-off.cfg"
@@ -79,4 +77,4 @@ for name in fp32 float16 bfloat16 bfloat16-emulated; do
     msg="$name: the loss falls: mean of the first 10 iterations $a, of the last 10 $b (must be below half)"
     awk -v a="$a" -v b="$b" 'BEGIN { exit !(b < a / 2) }' && ok "$msg" || bad "$msg"
 done
-[ $fails -eq 0 ] && echo "PASS: half parity" || { echo "FAIL: $fails failed checks"; exit 1; }
+verdict "half parity"

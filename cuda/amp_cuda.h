@@ -106,7 +106,8 @@ amp_status amp_cuda_clip_delta(float *delta, size_t n, const amp_gpu_state *stat
                                cudaStream_t stream, char *err, size_t errlen);
 
 /* gate.cu: y = x for every span, only when *flag != 0 (a skipped step's
- * save and restore, decided on the device). to_y: copy x into y, else y into x. */
+ * save and restore, decided on the device), always when flag is NULL. to_y:
+ * copy x into y, else y into x. */
 amp_status amp_cuda_gated_copy(const amp_mt_table *t, const unsigned int *flag, int to_y,
                                cudaStream_t stream, char *err, size_t errlen);
 

@@ -4,16 +4,18 @@
  *
  * Per batch, on darknet's stream (the legacy default stream, where all of
  * darknet's kernels, cuBLAS and cuDNN calls run):
- * - batch start: one kernel copies every momentum history (*_updates_gpu)
- *   into a device copy and multiplies it by the scale S read from device
- *   memory; loss layers' delta_gpu *= S after their forward;
+ * - batch start (before the first layer's forward): one kernel copies every
+ *   momentum history (*_updates_gpu) into a device copy and multiplies it by
+ *   the scale S read from device memory, one more copies the forward states
+ *   (rolling_mean_gpu, rolling_variance_gpu, recurrent hidden states: the
+ *   core's an->states) aside; loss layers' delta_gpu *= S after their forward;
  * - decide (before the first layer's update): the device flag is zeroed and
  *   one fused kernel unscales and checks every gradient (unscale), one thread
  *   decides the step and updates the scale (scale_rule.h), and the
  *   parameters and Adam moments are copied aside only if the flag is set;
  *   darknet's update kernels then run unchanged;
- * - step_end (after the last layer's update): parameters, moments and
- *   histories are copied back only if the flag is set, and the device state
+ * - step_end (after the last layer's update): parameters, moments,
+ *   histories and forward states are copied back only if the flag is set, and the device state
  *   is copied into pinned host memory with cudaMemcpyAsync and an event;
  * - sync: the host reads that copy when the event has completed
  *   (cudaEventQuery; in darknet's loop it always has by the next backward,
@@ -51,7 +53,8 @@ typedef struct amp_gpu_net {
     int in_flight;          /* a copy not yet read */
     amp_mt_table hist;      /* x: *_updates_gpu, y: its copy from the batch start */
     amp_mt_table params;    /* x: parameters and Adam moments, y: copy for a skipped step */
-    float *saved, *param_saved;
+    amp_mt_table states;    /* x: forward states (an->states), y: copy from the batch start */
+    float *saved, *param_saved, *states_saved;
     float **grads;          /* per an->tensors entry: its device gradient */
     amp_gpu_half_ctx *half; /* scratch shared by the layers */
 #ifdef AMP_HAVE_NCCL
@@ -126,7 +129,8 @@ static void begin_batch(amp_net *an)
                        sizeof err) != AMP_OK ||
         (an->comm ? amp_cuda_set_aside(&g->hist, g->dev, stream_of(an), err, sizeof err)
                   : amp_cuda_begin_batch(&g->hist, g->dev, stream_of(an), err, sizeof err)) !=
-            AMP_OK)
+            AMP_OK ||
+        amp_cuda_gated_copy(&g->states, NULL, 1, stream_of(an), err, sizeof err) != AMP_OK)
         fail(an, err);
 }
 
@@ -155,17 +159,31 @@ static int copy_array(float *dev, float *host, size_t n, int to_host)
            cudaSuccess;
 }
 
+/* The device array behind one of the core's forward states: its layer's, by kind. */
+static float *state_device_array(const amp_fwd_state *f)
+{
+    const layer *l = f->src;
+    switch (f->kind) {
+    case AMP_STATE_ROLLING_MEAN: return l->rolling_mean_gpu;
+    case AMP_STATE_ROLLING_VARIANCE: return l->rolling_variance_gpu;
+    case AMP_STATE_HIDDEN: return l->type == LSTM ? l->h_gpu : l->state_gpu;
+    case AMP_STATE_CELL: return l->c_gpu;
+    }
+    return NULL;
+}
+
 /* Parameters, histories and batch-norm statistics of every layer between
  * the device and darknet's host arrays (stats_only: the statistics). */
 static int transfer(amp_net *an, int stats_only, int to_host)
 {
     int bad = 0;
+    for (int k = 0; k < an->nstates && !bad; ++k) {
+        const amp_fwd_state *f = &an->states[k];
+        if (amp_state_is_statistic(f))
+            bad |= copy_array(state_device_array(f), f->host, f->n, to_host);
+    }
     for (int i = 0; i < an->net->n && !bad; ++i) {
         layer *l = &an->net->layers[i];
-        if (l->batch_normalize)
-            bad |= copy_array(l->rolling_mean_gpu, l->rolling_mean, (size_t)l->out_c, to_host) |
-                   copy_array(l->rolling_variance_gpu, l->rolling_variance, (size_t)l->out_c,
-                              to_host);
         if (stats_only) continue;
         bad |= copy_array(l->weights_gpu, l->weights, (size_t)l->nweights, to_host) |
                copy_array(l->weight_updates_gpu, l->weight_updates, (size_t)l->nweights,
@@ -235,6 +253,8 @@ static void step_end(amp_net *an)
                                         sizeof err);
     if (st == AMP_OK)
         st = amp_cuda_gated_copy(&g->hist, &g->dev->skipped, 0, stream_of(an), err, sizeof err);
+    if (st == AMP_OK)
+        st = amp_cuda_gated_copy(&g->states, &g->dev->skipped, 0, stream_of(an), err, sizeof err);
     if (st == AMP_OK)
         st = AMP_CUDA_CHECK(cudaMemcpyAsync(g->mirror, g->dev, sizeof *g->mirror,
                                             cudaMemcpyDeviceToHost, stream_of(an)),
@@ -488,6 +508,34 @@ static void device_arrays(const amp_tensor *t, float **grad, float **param, floa
     }
 }
 
+/* The forward states' table: each device array and its batch-start copy. */
+static amp_status build_state_table(amp_net *an, char *err, size_t errlen)
+{
+    amp_gpu_net *g = gpu_of(an);
+    if (!an->nstates) return AMP_OK;
+    amp_span *spans = calloc((size_t)an->nstates, sizeof *spans);
+    AMP_RETURN_ERROR_IF(!spans, AMP_ERR_NOMEM, err, errlen, "amp: out of memory attaching to %s",
+                        an->cfgfile);
+    amp_status st =
+        AMP_CUDA_CHECK(cudaMalloc((void **)&g->states_saved, an->nstate_elems * sizeof(float)),
+                       err, errlen);
+    for (int k = 0; st == AMP_OK && k < an->nstates; ++k) {
+        const amp_fwd_state *f = &an->states[k];
+        float *x = state_device_array(f);
+        if (!x) {
+            st = AMP_ERR_DEVICE;
+            amp_errorf(err, errlen, "amp: layer %d has no device array for its %s", f->layer,
+                       f->name);
+            break;
+        }
+        spans[k] = (amp_span){x, g->states_saved + f->offset, f->n};
+    }
+    if (st == AMP_OK)
+        st = amp_mt_table_create(&g->states, spans, (unsigned int)an->nstates, err, errlen);
+    free(spans);
+    return st;
+}
+
 static amp_status build_tables(amp_net *an, char *err, size_t errlen)
 {
     amp_gpu_net *g = gpu_of(an);
@@ -530,7 +578,7 @@ static amp_status build_tables(amp_net *an, char *err, size_t errlen)
     if (st == AMP_OK) st = amp_mt_table_create(&g->params, par, np, err, errlen);
     free(hist);
     free(par);
-    return st;
+    return st == AMP_OK ? build_state_table(an, err, errlen) : st;
 }
 
 static amp_status net_init(amp_net *an, char *err, size_t errlen)
@@ -591,8 +639,10 @@ static void net_free(amp_net *an)
     amp_gpu_half_ctx_free(g->half);
     amp_mt_table_free(&g->hist);
     amp_mt_table_free(&g->params);
+    amp_mt_table_free(&g->states);
     cudaFree(g->saved);
     cudaFree(g->param_saved);
+    cudaFree(g->states_saved);
     cudaFree(g->dev);
     if (g->mirror) cudaFreeHost(g->mirror);
     if (g->copied) cudaEventDestroy(g->copied);

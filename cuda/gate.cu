@@ -3,7 +3,9 @@
  * and a skipped step is undone around them: before the update the parameters
  * and Adam moments are copied aside, after it they and the momentum
  * histories are copied back, both only when the flag is set. On a finite
- * step each launch reads one word and returns.
+ * step each launch reads one word and returns. Without a flag (NULL) the copy
+ * always happens: the forward states' at every batch start, which the
+ * forward pass changes before any decision is made.
  */
 #include "amp_cuda.h"
 #include "cuda_check.h"
@@ -11,7 +13,7 @@
 static __global__ void gated_copy_kernel(const amp_span *spans, const amp_chunk *chunks,
                                          const unsigned int *flag, int to_y)
 {
-    if (!*flag) return;
+    if (flag && !*flag) return;
     const amp_chunk c = chunks[blockIdx.x];
     const amp_span s = spans[c.span];
     size_t end = s.n - c.start < AMP_MT_CHUNK ? s.n : (size_t)c.start + AMP_MT_CHUNK;

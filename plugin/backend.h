@@ -66,9 +66,10 @@ struct amp_backend_ops {
      * layer falls back on this backend. */
     amp_status (*layer_fallback)(amp_layer *al, layer *l, char *err, size_t errlen);
 
-    /* The batch start: every history saved and multiplied by the scaler's
-     * scale; an->batch_scale set to it (device backends: read on the device,
-     * the host's value for messages). */
+    /* The batch start, before the first layer's training forward: every
+     * history saved and multiplied by the scaler's scale, every forward state
+     * (an->states) saved; an->batch_scale set to the scale (device backends:
+     * read on the device, the host's value for messages). */
     void (*begin_batch)(amp_net *an);
     /* A loss layer's delta (its gradient) multiplied by the batch's scale;
      * a delta element not finite before scaling marks the batch's loss as
@@ -93,14 +94,16 @@ struct amp_backend_ops {
      * Nonzero on failure. */
     int (*pull)(amp_net *an, int stats_only);
     int (*push)(amp_net *an, int stats_only);
-    /* Host-decided: every history back as it was at the batch start. */
+    /* Host-decided: every history and every forward state back as it was at
+     * the batch start. */
     void (*restore)(amp_net *an);
     /* Device-decided only (else NULL): the decision and the scale's update on
      * the device, before darknet's updates run (a step with a non-finite loss,
      * an->loss_bad from the host or the device's own flag, is skipped with
      * the scale left as it is)... */
     void (*decide)(amp_net *an);
-    /* ...and after the last of them: undo a skipped step, publish the outcome. */
+    /* ...and after the last of them: undo a skipped step (parameters, Adam
+     * moments, histories, forward states), publish the outcome. */
     void (*step_end)(amp_net *an);
     /* Optional: settle a published outcome (amp_step_settled) if it has
      * arrived, or (wait) once it has. */

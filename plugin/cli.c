@@ -265,11 +265,13 @@ static void record_row(network *net, const darknet_train_progress *p, double t, 
     const double per_iteration = p->iteration > 0 ? (double)p->images / p->iteration : 0;
     const double dt = t - cli.last;
     fprintf(cli.record, "%d\t%.9g\t%.9g\t%.9g\t", p->iteration, p->loss, p->avg_loss, p->rate);
-    if (an && an->scaler)
-        fprintf(cli.record, "%.9g\t%llu\t", an->scaler->state.scale,
-                an->scaler->state.skips + an->forward_skips + an->loss_skips);
-    else
+    unsigned long long steps, skips;
+    if (an && an->scaler) {
+        amp_steps_counted(&an->scaler->state, an->forward_skips, an->loss_skips, &steps, &skips);
+        fprintf(cli.record, "%.9g\t%llu\t", an->scaler->state.scale, skips);
+    } else {
         fputs("NaN\tNaN\t", cli.record);
+    }
     fprintf(cli.record, "%.2f\t%.3f\t", dt > 0 ? per_iteration / dt : 0,
             cli.wall_offset + (t - cli.start));
     if (map50 >= 0) fprintf(cli.record, "%.4f\n", map50);
@@ -343,6 +345,22 @@ static double map_due(network *net, const darknet_train_progress *p)
     const double t0 = now();
     const darknet_hooks *h = darknet_set_hooks(NULL);
     save_weights(net, tmp);
+    darknet_set_hooks(h);
+    /* Weights with an inf or a NaN predict nothing: not evaluated, and never
+     * kept as the best (nor over an earlier run's best). */
+    amp_weights_id id;
+    amp_weights_values v;
+    if (amp_weights_read(tmp, &id, &v, err, sizeof err) == AMP_OK && v.nonfinite) {
+        char where[AMP_MSG_LEN];
+        amp_nonfinite_where(net, &v, where, sizeof where);
+        remove(tmp);
+        printf("map: iteration %d: not evaluated: the weights hold %llu non-finite values (%s); "
+               "%s is not replaced\n",
+               p->iteration, v.nonfinite, where, best);
+        fflush(stdout);
+        return -1;
+    }
+    darknet_set_hooks(NULL);
     const int loaded = load_weights_checked(cli.map_net, tmp, 0, cli.map_net->n, err, sizeof err);
     darknet_set_hooks(h);
     amp_map_result r;

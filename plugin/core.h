@@ -62,6 +62,36 @@ typedef struct amp_tensor {
     char name[32];      /* for messages and DARKNET_AMP_INJECT: "weights", "uz.biases" */
 } amp_tensor;
 
+/* What a training forward pass leaves behind for the next batch, beside the
+ * parameters: a skipped step puts it back as it was at the batch start
+ * (docs/design.md, "What a skipped step restores"). */
+typedef enum amp_state_kind {
+    AMP_STATE_ROLLING_MEAN,     /* batch-norm's running mean ... */
+    AMP_STATE_ROLLING_VARIANCE, /* ... and variance (inference normalises with them) */
+    AMP_STATE_HIDDEN,           /* a recurrent layer's hidden state, carried from one batch
+                                   into the next (gru: state, lstm: h) */
+    AMP_STATE_CELL              /* an lstm's cell state, carried likewise */
+} amp_state_kind;
+
+/* One such array. src is the layer (or sub-layer) that owns it: a backend
+ * finds its own copy there by kind (rolling_mean_gpu, state_gpu, ...). */
+typedef struct amp_fwd_state {
+    layer *src;
+    amp_state_kind kind;
+    float *host;        /* darknet's host array */
+    size_t n;
+    size_t offset;      /* of its elements among all of the network's */
+    int layer;          /* index in the network */
+    char name[32];      /* for messages: "rolling_mean", "wz.rolling_variance", "state" */
+} amp_fwd_state;
+
+/* An array darknet's save_weights writes, in the file's order (weights_check.c). */
+typedef struct amp_saved_array {
+    const float *data;
+    size_t n;
+    char name[32];      /* "biases", "rolling_mean", "uz.weights" */
+} amp_saved_array;
+
 typedef struct amp_net amp_net;
 
 /* Where a layer's GEMM/convolution runs (policy.c). */
@@ -201,6 +231,9 @@ struct amp_net {
     amp_tensor *tensors;
     int ntensors;
     size_t nparams;
+    amp_fwd_state *states;       /* what a forward pass changes besides (amp_collect_states) */
+    int nstates;
+    size_t nstate_elems;
     amp_phase phase;
     int first_update, last_update; /* lowest and highest index of a layer with parameters */
     unsigned long weights_version; /* moved by every update and every load */
@@ -260,6 +293,10 @@ struct amp_net {
     long grad_suspect_steps;
     int fallbacks;               /* layers that fell back in this run */
     int probe_on;                /* amp_probe: the first step's half forwards are probed */
+    /* weights files saved with non-finite values in this run (weights_check.c),
+     * the last one's name and what in it */
+    unsigned long nonfinite_saves;
+    char nonfinite_last[AMP_MSG_LEN];
 };
 
 /* ---- tensors.c: darknet knowledge ---- */
@@ -273,6 +310,17 @@ int amp_param_sizes(const layer *l, size_t *weights, size_t *biases, size_t *sca
 /* The parameter gradients of every layer darknet updates, sub-layers' too. */
 amp_status amp_collect_tensors(amp_net *an, char *err, size_t errlen);
 void amp_describe_tensor(const amp_net *an, int k, char *out, size_t size);
+/* What a training forward pass changes besides the parameters, of every
+ * layer and sub-layer (amp_fwd_state): the batch-norm layers' rolling
+ * statistics (a [batchnorm] layer's too) and the hidden states that gru and
+ * lstm layers carry from one batch into the next. */
+amp_status amp_collect_states(amp_net *an, char *err, size_t errlen);
+/* The rolling statistics of the state list, as data-parallel processes
+ * average them (not the hidden states: each process's own images'). */
+static inline int amp_state_is_statistic(const amp_fwd_state *s)
+{
+    return s->kind == AMP_STATE_ROLLING_MEAN || s->kind == AMP_STATE_ROLLING_VARIANCE;
+}
 /* The sub-layers of a recurrent layer, with their names ("uz", "input"):
  * their count, 0 for other types. */
 #define AMP_MAX_SUBLAYERS 8
@@ -289,6 +337,27 @@ amp_status amp_subs_install(amp_layer *al, layer *l, amp_slots (*slots)(layer *)
                             char *why, size_t whylen);
 /* Puts the sub-layers' pointers back and frees the records, each with free_one. */
 void amp_subs_free(amp_layer *al, amp_slots (*slots)(layer *), void (*free_one)(amp_layer *));
+
+/* ---- weights_check.c: non-finite values in what darknet saves ---- */
+struct amp_weights_id;     /* state_file.h */
+struct amp_weights_values;
+/* The arrays darknet's save_weights writes for layer l (its sub-layers'
+ * for rnn, gru, lstm, crnn), in the file's order, at most max; their count. */
+#define AMP_MAX_SAVED_ARRAYS 48
+int amp_saved_arrays(const layer *l, amp_saved_array *out, int max);
+/* Where the non-finite values v counted in a weights file of net lie, by
+ * darknet's layout over the network's host arrays (which the save wrote):
+ * "layer 2 [convolutional] rolling_mean (16 of 16), rolling_variance (16 of
+ * 16); layer 3 ...", a few arrays named and the rest counted; by position
+ * where the arrays hold none of them. */
+void amp_nonfinite_where(const network *net, const struct amp_weights_values *v, char *out,
+                         size_t size);
+/* A weights file darknet just saved for net (weights_saved): its identity
+ * (one read of the file) and, when it holds a value that is not finite, a
+ * warning naming the layers and arrays, counted for the run's summary (an:
+ * NULL without AMP). A file that cannot be read: said, AMP_ERR_IO. */
+amp_status amp_check_saved(amp_net *an, const network *net, const char *filename,
+                           struct amp_weights_id *id);
 
 /* ---- step.c ---- */
 /* Attaches an (its layer records, half_allowed, cfgfile set) with scaler s,

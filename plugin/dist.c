@@ -167,8 +167,6 @@ static unsigned long long layer_hash(const layer *l)
     if (l->batch_normalize) {
         h = HASH(h, l->scales, l->out_c);
         h = HASH(h, l->scale_updates, l->out_c);
-        h = HASH(h, l->rolling_mean, l->out_c);
-        h = HASH(h, l->rolling_variance, l->out_c);
     }
     return h;
 }
@@ -212,21 +210,19 @@ void amp_dist_after_step(amp_net *an)
         return;
     }
     /* batch-norm statistics follow each process's own images: averaged, so
-     * that every process keeps the same (and rank 0 saves the mean) */
-    for (int i = 0; i < net->n; ++i) {
-        layer *l = &net->layers[i];
-        if (!l->batch_normalize || !l->rolling_mean || !l->rolling_variance) continue;
-        if (c->sum_f32(l->rolling_mean, (size_t)l->out_c) != 0 ||
-            c->sum_f32(l->rolling_variance, (size_t)l->out_c) != 0) {
+     * that every process keeps the same (and rank 0 saves the mean). Not after
+     * a skipped step, which put back the batch start's, the same everywhere
+     * already: an average of equal values need not be exact. */
+    for (int k = 0; k < an->nstates && !an->skip_updates; ++k) {
+        const amp_fwd_state *f = &an->states[k];
+        if (!amp_state_is_statistic(f)) continue;
+        if (c->sum_f32(f->host, f->n) != 0) {
             amp_net_fail(an, AMP_ERR_DEVICE, "amp: %s: rank %d: batch-norm statistics could not "
                          "be averaged (MPI failed)", an->cfgfile, c->rank);
             return;
         }
         const float inv = 1.0f / (float)c->size;
-        for (int k = 0; k < l->out_c; ++k) {
-            l->rolling_mean[k] *= inv;
-            l->rolling_variance[k] *= inv;
-        }
+        for (size_t i = 0; i < f->n; ++i) f->host[i] *= inv;
     }
     if (push(an, 1) != 0) {
         amp_net_fail(an, AMP_ERR_DEVICE, "amp: %s: rank %d: batch-norm statistics could not be "
@@ -245,6 +241,10 @@ void amp_dist_after_step(amp_net *an)
         return;
     }
     for (int i = 0; i < net->n; ++i) h[i] = layer_hash(&net->layers[i]);
+    for (int k = 0; k < an->nstates; ++k) {
+        const amp_fwd_state *f = &an->states[k];
+        if (amp_state_is_statistic(f)) h[f->layer] = HASH(h[f->layer], f->host, f->n);
+    }
     if (c->minmax_u64(h, h + net->n, h + 2 * (size_t)net->n, net->n) != 0) {
         amp_net_fail(an, AMP_ERR_DEVICE, "amp: %s: rank %d: the consistency check could not run "
                      "(MPI failed)", an->cfgfile, c->rank);
@@ -272,10 +272,11 @@ amp_status amp_dist_share(amp_net *an, char *err, size_t errlen)
     for (int i = 0; i < net->n && !bad; ++i) {
         layer *l = &net->layers[i];
         bad |= BCAST(c, l->weights, l->nweights) | BCAST(c, l->biases, l->nbiases);
-        if (l->batch_normalize)
-            bad |= BCAST(c, l->scales, l->out_c) | BCAST(c, l->rolling_mean, l->out_c) |
-                   BCAST(c, l->rolling_variance, l->out_c);
+        if (l->batch_normalize) bad |= BCAST(c, l->scales, l->out_c);
     }
+    for (int k = 0; k < an->nstates && !bad; ++k)
+        if (amp_state_is_statistic(&an->states[k]))
+            bad |= BCAST(c, an->states[k].host, an->states[k].n);
     bad |= c->bcast(&an->scaler->state, sizeof an->scaler->state, 0);
     bad |= c->bcast(net->seen, sizeof *net->seen, 0);
     bad |= push(an, 0); /* darknet pushed what this process loaded */

@@ -121,24 +121,30 @@ static int on_network_parsed(void *ctx, network *net, const char *cfgfile, char 
     return 0;
 }
 
+/* The state file for weights identified as id (as they are on disk now;
+ * unbound when there is no file yet: such a state loads beside any weights). */
+static amp_status save_state(amp_net *an, const char *weights, const amp_weights_id *id,
+                             char *err, size_t errlen)
+{
+    amp_net_sync(an, 1); /* the scale may live on a device */
+    amp_state_extra *x = malloc(sizeof *x);
+    AMP_RETURN_ERROR_IF(!x, AMP_ERR_NOMEM, err, errlen, "%s.amp: out of memory", weights);
+    amp_fallback_save(an, x);
+    const amp_status st =
+        amp_state_file_write(weights, an->scaler->opt.dtype, &an->scaler->state, id, x, err,
+                             errlen);
+    free(x);
+    return st;
+}
+
 amp_status amp_save_state(const network *net, const char *weights, char *err, size_t errlen)
 {
     amp_net *an = amp_net_of(net);
     AMP_RETURN_ERROR_IF(!an || !weights, AMP_ERR_INVALID, err, errlen, "amp_save_state: %s",
                         an ? "NULL path" : "AMP is not attached");
-    amp_net_sync(an, 1); /* the scale may live on a device */
-    /* Bound to the weights as they are on disk now (none when there is no
-     * file yet: such a state loads beside any weights). */
     amp_weights_id id;
     AMP_FORWARD_IF_ERROR(amp_weights_identify(weights, &id, err, errlen));
-    amp_state_extra *x = malloc(sizeof *x);
-    AMP_RETURN_ERROR_IF(!x, AMP_ERR_NOMEM, err, errlen, "%s.amp: out of memory", weights);
-    amp_fallback_save(an, x);
-    const amp_status st =
-        amp_state_file_write(weights, an->scaler->opt.dtype, &an->scaler->state, &id, x, err,
-                             errlen);
-    free(x);
-    return st;
+    return save_state(an, weights, &id, err, errlen);
 }
 
 /* amp_load_state; *stale set when a state file was there but belongs to
@@ -223,11 +229,17 @@ amp_status amp_load_state(network *net, const char *weights, int *found, char *e
     return st;
 }
 
+/* Every save is read back once: its values checked (a non-finite one said
+ * by layer and array, with or without AMP) and, with AMP, its identity bound
+ * into the state file. */
 static void on_weights_saved(void *ctx, network *net, const char *filename)
 {
     char err[AMP_MSG_LEN];
     (void)ctx;
-    if (amp_net_of(net) && amp_save_state(net, filename, err, sizeof err) != AMP_OK)
+    amp_net *an = amp_net_of(net);
+    amp_weights_id id;
+    if (amp_check_saved(an, net, filename, &id) == AMP_OK && an &&
+        save_state(an, filename, &id, err, sizeof err) != AMP_OK)
         fprintf(stderr, "amp: warning: %s (the weights themselves were saved)\n", err);
 }
 
@@ -252,10 +264,11 @@ static int on_weights_loaded(void *ctx, network *net, const char *filename, char
     free(x);
     if (bad) return 1;
     if (stale) return 0; /* said */
+    unsigned long long steps, skips;
+    amp_steps_counted(&an->scaler->state, an->forward_skips, an->loss_skips, &steps, &skips);
     if (found)
         fprintf(stderr, "amp: resumed the scaler from %s.amp: scale %g, %llu steps, %llu skipped\n",
-                filename, an->scaler->state.scale, an->scaler->state.steps,
-                an->scaler->state.skips);
+                filename, an->scaler->state.scale, steps, skips);
     else
         fprintf(stderr, "amp: no %s.amp: starting with a fresh scaler (scale %g)\n", filename,
                 an->scaler->state.scale);
@@ -291,8 +304,9 @@ static int on_train_iteration(void *ctx, network *net, char *status, size_t n)
     }
     amp_net_sync(an, 0); /* no wait: the line may show the step before */
     /* every skipped step, whatever the reason (amp_step_settled) */
-    snprintf(status, n, ", scale %g, %llu skipped", an->scaler->state.scale,
-             an->scaler->state.skips + an->forward_skips + an->loss_skips);
+    unsigned long long steps, skips;
+    amp_steps_counted(&an->scaler->state, an->forward_skips, an->loss_skips, &steps, &skips);
+    snprintf(status, n, ", scale %g, %llu skipped", an->scaler->state.scale, skips);
     return 0;
 }
 
@@ -339,10 +353,9 @@ static void on_train_done(void *ctx, network *net)
     if (!an) return;
     amp_net_sync(an, 1);
     const amp_scale_state *st = &an->scaler->state;
-    /* the scaler counts the steps it updated for (taken, and skipped for a
-     * gradient overflow); the steps skipped with the scale left alone besides */
     const unsigned long long other = an->forward_skips + an->loss_skips;
-    const unsigned long long steps = st->steps + other, skips = st->skips + other;
+    unsigned long long steps, skips;
+    amp_steps_counted(st, an->forward_skips, an->loss_skips, &steps, &skips);
     fprintf(stderr, "amp: training done: %llu steps, %llu skipped (%.2f%%), final loss scale %g\n",
             steps, skips, steps ? 100.0 * skips / steps : 0.0, st->scale);
     if (other)
@@ -350,6 +363,11 @@ static void on_train_done(void *ctx, network *net)
                         "forward overflow, %llu for a non-finite loss\n",
                 st->skips, an->forward_skips, an->loss_skips);
     say_mostly_skipped(an, steps, st->skips, an->forward_skips, an->loss_skips);
+    if (an->nonfinite_saves)
+        fprintf(stderr, "amp: warning: %lu weights file%s saved with non-finite values in this "
+                        "run, the last %s\n",
+                an->nonfinite_saves, an->nonfinite_saves == 1 ? " was" : "s were",
+                an->nonfinite_last);
     amp_fallback_report(an, stderr);
     if (an->comm)
         fprintf(stderr, "amp: data-parallel, rank %d of %d: summing the gradients over the "

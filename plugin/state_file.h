@@ -32,6 +32,17 @@ typedef struct amp_weights_id {
  * than darknet's header, is AMP_ERR_IO or AMP_ERR_FORMAT naming it. */
 amp_status amp_weights_identify(const char *weights, amp_weights_id *id, char *err, size_t errlen);
 
+/* The float32 values after a weights file's header: how many, how many are
+ * not finite (an inf or a NaN), and the first such one's index. */
+typedef struct amp_weights_values {
+    unsigned long long values, nonfinite, first_nonfinite;
+} amp_weights_values;
+
+/* amp_weights_identify, and in the same read of the file its values
+ * counted into *v (zeros when the file is missing). */
+amp_status amp_weights_read(const char *weights, amp_weights_id *id, amp_weights_values *v,
+                            char *err, size_t errlen);
+
 /* 1 when two identities name the same weights (both bound, all equal). */
 int amp_weights_same(const amp_weights_id *a, const amp_weights_id *b);
 
@@ -52,6 +63,19 @@ typedef struct amp_state_extra {
         int why;
     } fallback[AMP_STATE_MAX_FALLBACK];
 } amp_state_extra;
+
+/* A run's steps, and of them the skipped ones, as its progress line, its
+ * summary and `amp show` count them: the scaler's state counts the steps
+ * that went through the scale's update (taken, and skipped for a gradient
+ * overflow); the steps skipped with the scale left alone (a half layer's
+ * forward overflow, a non-finite loss) come besides. */
+static inline void amp_steps_counted(const amp_scale_state *s, unsigned long long forward_skips,
+                                     unsigned long long loss_skips, unsigned long long *steps,
+                                     unsigned long long *skips)
+{
+    *steps = s->steps + forward_skips + loss_skips;
+    *skips = s->skips + forward_skips + loss_skips;
+}
 
 /* Writes <weights>.amp (version 3, bound to the weights id names; id NULL or
  * unbound: bound to none; x NULL: no other skips, no fallbacks) atomically: a

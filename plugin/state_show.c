@@ -46,10 +46,12 @@ amp_status amp_state_file_show(const char *path, FILE *out, char *err, size_t er
     fprintf(out, "  hysteresis left      %d overflow(s) before the next backoff\n",
             s.hysteresis_left);
     fprintf(out, "  skipped in a row     %ld\n", s.consecutive_skips);
-    fprintf(out, "  steps                %llu\n", s.steps);
-    fprintf(out, "  skipped              %llu for a gradient overflow, %llu for a half layer's "
-                 "forward overflow, %llu for a non-finite loss\n",
-            s.skips, x.forward_skips, x.loss_skips);
+    unsigned long long steps, skips;
+    amp_steps_counted(&s, x.forward_skips, x.loss_skips, &steps, &skips);
+    fprintf(out, "  steps                %llu\n", steps);
+    fprintf(out, "  skipped              %llu: %llu for a gradient overflow, %llu for a half "
+                 "layer's forward overflow, %llu for a non-finite loss\n",
+            skips, s.skips, x.forward_skips, x.loss_skips);
     if (!x.nfallback) {
         fprintf(out, "  layers in float32    none fell back\n");
     } else {
@@ -58,7 +60,8 @@ amp_status amp_state_file_show(const char *path, FILE *out, char *err, size_t er
             fprintf(out, "    layer %d: %s\n", x.fallback[i].layer, why_name(x.fallback[i].why));
     }
     fprintf(out, "  saved with weights   %s\n", id.bound ? desc : "none recorded (version 1 file)");
-    amp_status st = amp_weights_identify(weights, &now, err, errlen);
+    amp_weights_values v;
+    amp_status st = amp_weights_read(weights, &now, &v, err, errlen);
     if (st != AMP_OK) {
         fprintf(out, "  weights file         %s: %s\n", weights, err);
         err[0] = 0;
@@ -76,5 +79,11 @@ amp_status amp_state_file_show(const char *path, FILE *out, char *err, size_t er
                     ? "matches: loading these weights resumes this state"
                     : "does NOT match: loading these weights starts a fresh scaler");
     }
+    if (now.bound && !v.nonfinite)
+        fprintf(out, "  weights values       all %llu finite\n", v.values);
+    else if (now.bound)
+        fprintf(out, "  weights values       %llu of %llu NOT finite (the first is value %llu "
+                     "after the header): these weights cannot predict\n",
+                v.nonfinite, v.values, v.first_nonfinite);
     return AMP_OK;
 }

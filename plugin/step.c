@@ -11,19 +11,25 @@
  * every element is checked and multiplied by 1/S. With S a power of two both
  * multiplications are exact, and an overflow-free step is bit-for-bit
  * darknet's own. A step with a non-finite element leaves weights, momentum,
- * Adam moments and darknet's t exactly as before the batch.
+ * Adam moments, darknet's t and what the forward passes changed besides
+ * (rolling statistics, recurrent hidden states: amp_collect_states) exactly
+ * as before the batch.
  *
  * The phases (amp_phase):
  *
- *   IDLE --first training forward of a loss layer, or backward--> ACCUMULATING
+ *   IDLE --first training forward (of the first layer, or a loss layer), or
+ *          backward--> ACCUMULATING
  *   ACCUMULATING --amp_unscale, or the first update--> UNSCALED
  *   UNSCALED --backward (a new micro-batch)--> ACCUMULATING (histories rescaled)
  *   UNSCALED --the first update: the decision--> STEPPED
  *   STEPPED --forward/backward--> ACCUMULATING;  --update, nothing pending--> IDLE
  *
  * Wrapped pointers (the backend's slots: darknet's CPU or GPU ones): forward
- * of layers that own a cost (l.cost != NULL: cost, detection, iseg,
- * logistic, region, softmax, yolo) scales their delta by S; backward of
+ * of the first layer starts the batch (histories saved and scaled, and what
+ * the forward pass changes besides, rolling statistics above all, saved for
+ * a skip to restore); forward of layers that own a cost (l.cost != NULL:
+ * cost, detection, iseg, logistic, region, softmax, yolo) scales their delta
+ * by S; backward of
  * layers with parameters or a cost starts the batch; update of layers with
  * parameters takes the step. Recurrent layers' sub-layers are called by their
  * parent, whose pointers are wrapped; their gradients are part of the
@@ -43,8 +49,9 @@ void amp_net_sync(amp_net *an, int wait)
 
 /* ---- the batch ---- */
 
-/* The batch's scale is fixed here, at its first training forward or backward,
- * and used for its deltas and histories alike until the step. */
+/* The batch's scale is fixed here, at its first training forward (the first
+ * layer's) or backward, and used for its deltas and histories alike until the
+ * step; the backend keeps what a skip restores. */
 static void begin_batch(amp_net *an)
 {
     double t0 = an->env.profile ? amp_clock() : 0;
@@ -178,16 +185,28 @@ static void find_origin(amp_net *an, int last)
     an->origin_overflow = params_finite && an->layers[i].precision == AMP_PRECISION_HALF;
 }
 
+/* What a forward slot runs: the backend's form, or on the first batch a
+ * half layer's probe (amp_probe, fallback.c). */
+static void run_forward(amp_layer *al, layer l, network net)
+{
+    if (al->owner->probe_on && net.train && al->precision == AMP_PRECISION_HALF)
+        amp_probe_forward(al->owner, al, l, net);
+    else
+        al->forward(l, net);
+}
+
+/* The first layer's forward (the batch starts there: before any layer's
+ * training forward changes its rolling statistics) and every cost layer's. */
 static void wrap_forward(layer l, network net)
 {
-    const amp_layer *al = l.hook_data;
+    amp_layer *al = l.hook_data;
     amp_net *an = al->owner;
     if (net.train && an->phase != AMP_PHASE_ACCUMULATING) {
         if (an->phase == AMP_PHASE_UNSCALED) rescale(an);
         else begin_batch(an);
     }
-    al->forward(l, net);
-    if (!net.train) return;
+    run_forward(al, l, net);
+    if (!net.train || !l.cost) return;
     /* A cost layer's loss is on the host on every backend. Not finite: a data
      * or model problem (the scale has not touched it yet), not an overflow. */
     const int was_bad = an->loss_bad;
@@ -204,9 +223,7 @@ static void wrap_forward(layer l, network net)
  * float32's (fallback.c); its slot holds this only until that step ends. */
 static void wrap_probe(layer l, network net)
 {
-    amp_layer *al = l.hook_data;
-    if (al->owner->probe_on && net.train) amp_probe_forward(al->owner, al, l, net);
-    else al->forward(l, net);
+    run_forward(l.hook_data, l, net);
 }
 
 static void wrap_backward(layer l, network net)
@@ -261,6 +278,7 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, const amp_backend_ops *ops
             amp_dist_check_parse(an->env.dist_check, &an->dist_check_every, err, errlen));
     }
     AMP_FORWARD_IF_ERROR(amp_collect_tensors(an, err, errlen));
+    AMP_FORWARD_IF_ERROR(amp_collect_states(an, err, errlen));
     if (an->env.inject) AMP_FORWARD_IF_ERROR(amp_parse_injection(an, an->env.inject, err, errlen));
     an->phase = AMP_PHASE_IDLE;
     an->first_update = an->last_update = -1;
@@ -311,7 +329,7 @@ void amp_point_slots(amp_net *an)
         const int params = al->orig_update != NULL;
         /* the wrappers, else what the backend installed (al->forward is
          * darknet's own where it installed nothing) */
-        const amp_layer_fn f = l->cost                                            ? wrap_forward
+        const amp_layer_fn f = i == 0 || l->cost                                  ? wrap_forward
                                : an->probe_on && al->precision == AMP_PRECISION_HALF ? wrap_probe
                                                                                      : al->forward;
         const amp_layer_fn b = params || l->cost ? wrap_backward : al->backward;
@@ -364,6 +382,7 @@ void amp_net_free(amp_net *an)
     amp_scaler_free(an->parsed); /* a parse that never finished */
     free(an->layers);
     free(an->tensors);
+    free(an->states);
     free(an);
 }
 

@@ -136,6 +136,69 @@ amp_status amp_collect_tensors(amp_net *an, char *err, size_t errlen)
     return AMP_OK;
 }
 
+static const char *const state_names[] = {"rolling_mean", "rolling_variance", "state", "cell"};
+
+static amp_status add_state(amp_net *an, int index, layer *src, const char *sub,
+                            amp_state_kind kind, float *host, size_t n)
+{
+    if (!host || !n) return AMP_OK;
+    amp_fwd_state *s = realloc(an->states, (an->nstates + 1) * sizeof *s);
+    if (!s) return AMP_ERR_NOMEM;
+    an->states = s;
+    s += an->nstates++;
+    s->src = src;
+    s->kind = kind;
+    s->host = host;
+    s->n = n;
+    s->offset = an->nstate_elems;
+    s->layer = index;
+    snprintf(s->name, sizeof s->name, "%s%s%s", sub, *sub ? "." : "", state_names[kind]);
+    an->nstate_elems += n;
+    return AMP_OK;
+}
+
+/* The rolling statistics of one layer or sub-layer: every type that
+ * normalises a batch updates them in its training forward pass, by the
+ * channel count its save_weights writes them with. */
+static amp_status add_statistics(amp_net *an, int index, const char *sub, layer *l)
+{
+    size_t n = 0;
+    if (l->type == BATCHNORM) n = (size_t)l->c;
+    else if (!l->batch_normalize) return AMP_OK;
+    else if (l->type == CONVOLUTIONAL || l->type == DECONVOLUTIONAL) n = (size_t)l->n;
+    else if (l->type == CONNECTED) n = (size_t)l->outputs;
+    else return AMP_OK;
+    AMP_FORWARD_IF_ERROR(add_state(an, index, l, sub, AMP_STATE_ROLLING_MEAN, l->rolling_mean, n));
+    return add_state(an, index, l, sub, AMP_STATE_ROLLING_VARIANCE, l->rolling_variance, n);
+}
+
+amp_status amp_collect_states(amp_net *an, char *err, size_t errlen)
+{
+    network *net = an->net;
+    amp_status st = AMP_OK;
+    for (int i = 0; i < net->n && st == AMP_OK; ++i) {
+        layer *l = &net->layers[i];
+        layer *subs[AMP_MAX_SUBLAYERS];
+        const char *names[AMP_MAX_SUBLAYERS];
+        const int nsub = amp_sublayers(l, subs, names);
+        st = add_statistics(an, i, "", l);
+        for (int k = 0; k < nsub && st == AMP_OK; ++k)
+            if (subs[k]) st = add_statistics(an, i, names[k], subs[k]);
+        /* The hidden states a training forward starts from, as the last
+         * batch's left them (rnn and crnn start each training batch from
+         * zero: nothing carried). */
+        const size_t n = (size_t)l->outputs * l->batch;
+        if (st == AMP_OK && l->type == GRU) st = add_state(an, i, l, "", AMP_STATE_HIDDEN, l->state, n);
+        if (st == AMP_OK && l->type == LSTM) {
+            st = add_state(an, i, l, "", AMP_STATE_HIDDEN, l->h_cpu, n);
+            if (st == AMP_OK) st = add_state(an, i, l, "", AMP_STATE_CELL, l->c_cpu, n);
+        }
+    }
+    AMP_RETURN_ERROR_IF(st != AMP_OK, st, err, errlen,
+                        "amp: out of memory listing the batch-norm statistics of %s", an->cfgfile);
+    return AMP_OK;
+}
+
 void amp_describe_tensor(const amp_net *an, int k, char *out, size_t size)
 {
     if (k < 0 || k >= an->ntensors) {

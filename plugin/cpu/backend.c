@@ -34,7 +34,8 @@ static amp_status net_init(amp_net *an, char *err, size_t errlen)
     an->bk = cn;
     AMP_FORWARD_IF_ERROR(amp_cpu_settings(cn, err, errlen));
     cn->saved = malloc((an->nparams ? an->nparams : 1) * sizeof(float));
-    AMP_RETURN_ERROR_IF(!cn->saved, AMP_ERR_NOMEM, err, errlen,
+    cn->states_saved = malloc((an->nstate_elems ? an->nstate_elems : 1) * sizeof(float));
+    AMP_RETURN_ERROR_IF(!cn->saved || !cn->states_saved, AMP_ERR_NOMEM, err, errlen,
                         "amp: out of memory attaching to %s", an->cfgfile);
     return AMP_OK;
 }
@@ -51,6 +52,7 @@ static void net_free(amp_net *an)
     amp_buffer *b[] = {&cn->xq, &cn->dq, &cn->tmp, &cn->gx, &cn->in32, &cn->out32, &cn->dx32, &cn->img32};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) free(b[i]->data);
     free(cn->saved);
+    free(cn->states_saved);
     free(cn);
     an->bk = NULL;
 }
@@ -230,6 +232,10 @@ static void begin_batch(amp_net *an)
             save_scaled(cn->saved + t->offset, t->grad, t->n, s);
         }
     }
+    for (int k = 0; k < an->nstates; ++k) {
+        const amp_fwd_state *f = &an->states[k];
+        memcpy(cn->states_saved + f->offset, f->host, f->n * sizeof(float));
+    }
 }
 
 /* Data-parallel: the batch's gradients (alone in the histories since
@@ -301,6 +307,10 @@ static void restore(amp_net *an)
         amp_tensor *t = &an->tensors[k];
         memcpy(t->grad, cn->saved + t->offset, t->n * sizeof(float));
     }
+    for (int k = 0; k < an->nstates; ++k) {
+        const amp_fwd_state *f = &an->states[k];
+        memcpy(f->host, cn->states_saved + f->offset, f->n * sizeof(float));
+    }
 }
 
 static void end_mid_batch(amp_net *an)
@@ -331,7 +341,8 @@ static double flushed(const amp_net *an)
 static void memory(const amp_net *an, double *copies, double *workspaces)
 {
     const cpu_net *cn = cpu_net_of(an);
-    *copies = (double)an->nparams * sizeof(float); /* the batch-start histories */
+    /* the batch-start histories and forward states */
+    *copies = (double)(an->nparams + an->nstate_elems) * sizeof(float);
     for (int i = 0; i < an->net->n; ++i) {
         const amp_layer *al = &an->layers[i];
         for (int k = -1; k < al->nsubs; ++k) {

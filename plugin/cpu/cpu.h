@@ -90,6 +90,7 @@ typedef enum amp_round_point {
 
 typedef struct cpu_net {
     float *saved;              /* every history as it was at the batch start */
+    float *states_saved;       /* every forward state (an->states) as it was then */
     amp_cpu_path path;
     amp_bn_formula bn_formula; /* of the half layers' batch-norm */
     amp_conv_form conv_form;

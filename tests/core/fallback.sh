@@ -23,13 +23,27 @@
 #   at the end as an earlier run's), no step overflows, the skip counts go on
 #   from the saved ones; with amp_fallback=0 the resume says layer 2 runs in
 #   float16 again, and its forward pass overflows again at iteration 31.
+# - what each run saved: every value of every weights file finite (read back
+#   by weights_values, the tests' own reader: the skipped steps' forward
+#   passes ran the batch-norm statistics on inf and NaN, and the skips must
+#   have put them back), and `amp show` counting the steps and skips as the
+#   run's summary did, for every cause of a skip (a forward overflow with and
+#   without fallback, gradient overflows, a non-finite loss);
+# - end to end: 200 iterations from the large weights with -map every 100,
+#   AMP (which falls back) and FP32: AMP's evaluations happen and find
+#   objects (mAP@0.5 above 0, at least a quarter of FP32's), its best weights
+#   are kept and finite, and `detector test` on three training images finds
+#   boxes above 0.01 on each, as FP32's weights do. Before the skips restored
+#   the statistics, the weights such a run saved held NaN in every layer from
+#   the overflowing one on, and predicted nothing (mAP 0, no box).
 # With FALLBACK_GPU=1 (gpu.fallback) the runs train on GPU 0, and only the
-# first scenario (the forward rule, the counts, the loss against FP32's) is
-# checked; the host learns a GPU step's outcome during the next step (after
-# its forward), so there the second step overflows and is skipped too.
-#   fallback.sh DARKNET SCALE_WEIGHTS DATA_DIR CFG OUT   (CFG: amp=1 float16)
+# first scenario (the forward rule, the counts, the loss against FP32's, the
+# saved weights, the end to end runs) is checked; the host learns a GPU
+# step's outcome during the next step (after its forward), so there the
+# second step overflows and is skipped too.
+#   fallback.sh DARKNET SCALE_WEIGHTS WEIGHTS_VALUES DATA_DIR CFG OUT   (CFG: amp=1 float16)
 set -u
-darknet=$1 scale=$2 data_dir=$3 cfg=$4 out=$5
+darknet=$1 scale=$2 values=$3 data_dir=$4 cfg=$5 out=$6
 rm -rf "$out" && mkdir -p "$out"
 . "$(dirname "$0")/../lib.sh" # ok, bad, verdict
 sed "s|^backup *=.*|backup = $out|" "$data_dir/shapes.data" > "$out/s.data"
@@ -40,12 +54,29 @@ sed 's/^amp=1$/amp=0/' "$out/amp.cfg" > "$out/fp32.cfg"
 gpu=${FALLBACK_GPU:-0}
 fwd=1 # steps skipped for the forward overflow before the layer is float32
 [ "$gpu" = 1 ] && fwd=2
-train() { # cfg weights name
-    if [ "$gpu" = 1 ]; then
-        DARKNET_SEED=1 "$darknet" detector train "$out/s.data" "$1" "$2" > "$out/$3.log" 2> "$out/$3.err"
-    else
-        DARKNET_SEED=1 "$darknet" detector train "$out/s.data" "$1" "$2" -nogpu > "$out/$3.log" 2> "$out/$3.err"
-    fi
+nogpu=-nogpu
+[ "$gpu" = 1 ] && nogpu=""
+train() { # cfg weights name [options]
+    c=$1 w=$2 n=$3
+    shift 3
+    # shellcheck disable=SC2086
+    DARKNET_SEED=1 "$darknet" detector train "$out/s.data" "$c" "$w" $nogpu "$@" > "$out/$n.log" 2> "$out/$n.err"
+}
+# every value of a weights file finite, read back value by value
+finite() { # file what
+    v=$("$values" "$1" 2>&1)
+    case "$v" in
+        "values "*" nonfinite 0") ok "$2: $(basename "$1") saved finite ($v)" ;;
+        *) bad "$2: $(basename "$1"): $v" ;;
+    esac
+}
+# `amp show` of a run's final weights counts its steps and skips as its summary did
+counts() { # name [cfg name, when not the run's]
+    sum=$(sed -n 's/^amp: training done: \([0-9]*\) steps, \([0-9]*\) skipped.*/\1 \2/p' "$out/$1.err")
+    show=$("$darknet" amp show "$out/${2:-$1}_final.weights" | awk '/^  steps /{s = $2} /^  skipped /{k = $2; sub(":", "", k)} END {print s, k}')
+    [ -n "$sum" ] && [ "$sum" = "$show" ] \
+        && ok "$1: amp show counts the steps and skips as the summary did ($show)" \
+        || bad "$1: the summary says steps/skipped '$sum', amp show '$show'"
 }
 # the loss column of the progress lines of 10 iterations from the (N+1)-th, averaged
 mean10() { # log N
@@ -83,6 +114,35 @@ got=$(mean10 "$out/amp.log" 20) ref=$(mean10 "$out/fp32.log" $((20 - last)))
 echo "$got $ref" | awk '$1 == $1 + 0 && $2 == $2 + 0 && $1 < 1.5 * $2 { exit 0 } { exit 1 }' \
     && ok "mean loss of iterations 21-30: AMP $got against FP32's $ref after as many steps taken (iterations $((21 - last))-$((30 - last)); bound 1.5x)" \
     || bad "mean loss of iterations 21-30: AMP $got against FP32's $ref after as many steps taken (iterations $((21 - last))-$((30 - last)); bound 1.5x)"
+
+finite "$out/amp_final.weights" "the fallback run (forward overflow, then gradient overflows)"
+counts amp
+
+# End to end: the weights a fallback run keeps predict, as FP32's from the same start do.
+sed 's/^max_batches=.*/max_batches=200/' "$out/amp.cfg" > "$out/e2e.cfg"
+sed 's/^max_batches=.*/max_batches=200/' "$out/fp32.cfg" > "$out/e2e_fp32.cfg"
+train "$out/e2e.cfg" "$out/big.weights" e2e -map_every 100 || bad "AMP 200 iterations: $(tail -n 1 "$out/e2e.err")"
+train "$out/e2e_fp32.cfg" "$out/big.weights" e2e_fp32 -map_every 100 || bad "FP32 200 iterations: $(tail -n 1 "$out/e2e_fp32.err")"
+map200() { sed -n 's/^map: iteration 200: mAP@0.5 \([0-9.]*\)%.*/\1/p' "$out/$1.log"; }
+m=$(map200 e2e) mf=$(map200 e2e_fp32)
+grep -q "runs in float32 from the next step on" "$out/e2e.err" && ! grep -q "not evaluated" "$out/e2e.log" \
+    && echo "${m:-x} ${mf:-x}" | awk '$1 == $1 + 0 && $2 == $2 + 0 && $1 > 0 && $1 >= 0.25 * $2 { exit 0 } { exit 1 }' \
+    && ok "-map after the fallback: mAP@0.5 at iteration 200 ${m}% against FP32's ${mf}% from the same weights (above 0, at least a quarter of FP32's)" \
+    || bad "-map after the fallback: AMP '${m}' against FP32 '${mf}'; $(grep '^map:' "$out/e2e.log" | tr '\n' ' ')"
+finite "$out/e2e_final.weights" "the 200-iteration fallback run"
+[ -f "$out/e2e_best.weights" ] && finite "$out/e2e_best.weights" "its -map best" || bad "no e2e_best.weights"
+boxes() { # cfg weights image: the boxes detector test finds above 0.01
+    # shellcheck disable=SC2086
+    "$darknet" detector test "$out/s.data" "$1" "$2" "$3" -thresh 0.01 $nogpu 2>/dev/null | grep -c '%$'
+}
+found="" found_fp32="" least=""
+for img in $(head -n 3 "$data_dir/train.txt"); do
+    a=$(boxes "$out/fp32.cfg" "$out/e2e_final.weights" "$img") f=$(boxes "$out/fp32.cfg" "$out/e2e_fp32_final.weights" "$img")
+    found="$found $a" found_fp32="$found_fp32 $f"
+    [ "${a:-0}" -ge 1 ] || least=no
+done
+[ -z "$least" ] && ok "detector test -thresh 0.01 on 3 training images: boxes$found with the fallback run's weights,$found_fp32 with FP32's" \
+    || bad "detector test -thresh 0.01 on 3 training images: boxes$found with the fallback run's weights (FP32's:$found_fp32)"
 
 if [ "$gpu" = 1 ]; then
     [ $fails -eq 0 ] && echo "PASS: fallback on GPU 0" || { echo "FAIL: $fails failed checks"; exit 1; }
@@ -138,10 +198,14 @@ fi
 # every step skipped for the forward overflow (amp_fallback=0, no limit)
 sed 's/^\[net\]/[net]\namp_fallback=0/; s/^max_batches=.*/max_batches=4/' "$out/amp.cfg" > "$out/keep.cfg"
 train "$out/keep.cfg" "$out/big.weights" keep
+finite "$out/keep_final.weights" "amp_fallback=0, every step skipped for the forward overflow"
+counts keep
 grep -q "amp: most steps were skipped (4 of 4), most for a half layer's forward overflow" "$out/keep.err" \
     && grep -q "run that layer in float32 (amp=0 in its section of the cfg)" "$out/keep.err" \
     && ok "amp_fallback=0, 4 steps: all skipped for the forward overflow, said at the end with what to do" \
     || bad "amp_fallback=0, 4 steps: $(grep -E 'most steps|training done' "$out/keep.err")"
+finite "$out/plain_final.weights" "the usual float16 start (gradient overflows)"
+counts plain
 sed 's/^amp_dtype=float16$/amp_dtype=bfloat16/' "$out/plain.cfg" > "$out/bf16.cfg"
 DARKNET_AMP_INJECT="2:weights:inf:2,3,4" train "$out/bf16.cfg" "$out/plain.weights" grad
 line=$(grep "amp: layer 2 \[convolutional\] runs in float32 from the next step on: its gradients were the first not finite in 3 steps in a row skipped at the minimum loss scale, 1" "$out/grad.err")
@@ -153,4 +217,16 @@ sed 's/^\[net\]/[net]\namp_fallback_after=4/' "$out/bf16.cfg" > "$out/after4.cfg
 DARKNET_AMP_INJECT="2:weights:inf:2,3,4" train "$out/after4.cfg" "$out/plain.weights" after4
 grep -q "runs in float32" "$out/after4.err" && bad "amp_fallback_after=4: fell back after 3: $(grep 'runs in float32' "$out/after4.err")" \
     || ok "amp_fallback_after=4: 3 such skips in a row leave layer 2 in bfloat16"
+finite "$out/bf16_final.weights" "the gradient rule's run"
+counts grad bf16
+# a non-finite loss (the yolo layer's, injected at steps 3 and 5): skipped with the scale left alone
+sed 's/^max_batches=.*/max_batches=8/' "$out/bf16.cfg" > "$out/loss.cfg"
+DARKNET_AMP_INJECT="16:loss:nan:3,5" train "$out/loss.cfg" "$out/plain.weights" loss
+grep -q "amp: skipped: 0 for a gradient overflow, 0 for a half layer's forward overflow, 2 for a non-finite loss" "$out/loss.err" \
+    && ok "a non-finite loss at steps 3 and 5: $(grep 'amp: skipped:' "$out/loss.err")" \
+    || bad "a non-finite loss at steps 3 and 5: $(grep -E 'amp: (skipped|training done)' "$out/loss.err")"
+finite "$out/loss_final.weights" "the non-finite loss run"
+counts loss
+finite "$out/amp2_final.weights" "the resumed run"
+counts resume amp2
 verdict "fallback"

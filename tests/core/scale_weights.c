@@ -5,17 +5,23 @@
  * from them. Always a CPU network: in a CUDA build, save_weights would
  * otherwise save the device's copy of the weights, made before the scaling.
  *
- *   scale_weights CFG SEED LAYER FACTOR OUT
+ *   scale_weights CFG SEED LAYER FACTOR OUT [rolling_mean]
+ *
+ * rolling_mean: that layer's batch-norm rolling mean instead (FACTOR nan: a
+ * NaN in each, which training keeps, 0.99 NaN + 0.01 x being NaN, and
+ * saves: tests/core/nonfinite_save.sh).
  */
 #include "darknet.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int main(int argc, char **argv)
 {
-    if (argc != 6) {
-        fprintf(stderr, "usage: scale_weights CFG SEED LAYER FACTOR OUT\n");
+    const int rolling = argc == 7 && !strcmp(argv[6], "rolling_mean");
+    if (argc != 6 && !rolling) {
+        fprintf(stderr, "usage: scale_weights CFG SEED LAYER FACTOR OUT [rolling_mean]\n");
         return 2;
     }
 #ifdef GPU
@@ -30,9 +36,16 @@ int main(int argc, char **argv)
         return 1;
     }
     layer *l = &net->layers[k];
-    for (int i = 0; i < l->nweights; ++i) l->weights[i] *= f;
+    if (rolling && (!l->batch_normalize || !l->rolling_mean)) {
+        fprintf(stderr, "scale_weights: layer %d of %s has no batch-norm statistics\n", k, argv[1]);
+        return 1;
+    }
+    float *a = rolling ? l->rolling_mean : l->weights;
+    const int n = rolling ? l->n : l->nweights;
+    for (int i = 0; i < n; ++i) a[i] *= f;
     save_weights(net, argv[5]);
-    printf("scale_weights: layer %d's %d weights times %g into %s\n", k, l->nweights, f, argv[5]);
+    printf("scale_weights: layer %d's %d %s times %g into %s\n", k, n,
+           rolling ? "rolling means" : "weights", f, argv[5]);
     free_network(net);
     return 0;
 }

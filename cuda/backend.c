@@ -159,8 +159,7 @@ static int copy_array(float *dev, float *host, size_t n, int to_host)
            cudaSuccess;
 }
 
-/* The device array behind one of the core's forward states: its layer's, by kind. */
-static float *state_device_array(const amp_fwd_state *f)
+float *amp_cuda_state_array(const amp_fwd_state *f)
 {
     const layer *l = f->src;
     switch (f->kind) {
@@ -180,7 +179,7 @@ static int transfer(amp_net *an, int stats_only, int to_host)
     for (int k = 0; k < an->nstates && !bad; ++k) {
         const amp_fwd_state *f = &an->states[k];
         if (amp_state_is_statistic(f))
-            bad |= copy_array(state_device_array(f), f->host, f->n, to_host);
+            bad |= copy_array(amp_cuda_state_array(f), f->host, f->n, to_host);
     }
     for (int i = 0; i < an->net->n && !bad; ++i) {
         layer *l = &an->net->layers[i];
@@ -521,7 +520,7 @@ static amp_status build_state_table(amp_net *an, char *err, size_t errlen)
                        err, errlen);
     for (int k = 0; st == AMP_OK && k < an->nstates; ++k) {
         const amp_fwd_state *f = &an->states[k];
-        float *x = state_device_array(f);
+        float *x = amp_cuda_state_array(f);
         if (!x) {
             st = AMP_ERR_DEVICE;
             amp_errorf(err, errlen, "amp: layer %d has no device array for its %s", f->layer,

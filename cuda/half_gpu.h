@@ -104,4 +104,11 @@ void amp_cublas_deconv_backward(struct layer l, struct network net);
 /* darknet's float32 backward_connected_layer_gpu with the clip at the scale */
 void amp_connected_backward_f32(struct layer l, struct network net);
 
+/* backend.c: the device array behind one of the core's forward states (an
+ * amp_fwd_state), its layer's by kind: rolling_mean_gpu, rolling_variance_gpu,
+ * a gru's state_gpu, an lstm's h_gpu and c_gpu; NULL where the layer has none.
+ * What the batch start copies aside and a skipped step restores
+ * (tests/cuda/state_arrays_test.c checks it on the host). */
+float *amp_cuda_state_array(const amp_fwd_state *f);
+
 #endif

@@ -237,6 +237,28 @@ static void unscale_check(void)
     }
     CHECK(untouched && bad == 0, "gated copy: flag 0 changes nothing (%s), flag 1 restores every "
           "tensor (%zu differ)", untouched ? "yes" : "no", bad);
+
+    /* The forward states' copy (backend.c): saved with no flag at the batch
+     * start, whatever the forward pass writes then (NaN, as an overflowing
+     * pass leaves rolling statistics), restored only by a skipped step. */
+    LAUNCH(amp_cuda_gated_copy(&t, NULL, 1, 0, ERR));
+    for (int k = 0; k < nt; ++k) CUDA(cudaMemset(spans[k].x, 0xff, sizes[k] * 4)); /* NaN */
+    CUDA(cudaMemcpy(found, &zero, 4, cudaMemcpyHostToDevice));
+    LAUNCH(amp_cuda_gated_copy(&t, found, 0, 0, ERR));
+    CUDA(cudaMemcpy(g0.data(), spans[4].x, sizes[4] * 4, cudaMemcpyDeviceToHost));
+    const int kept = isnan(g0[9]);
+    CUDA(cudaMemcpy(found, &one, 4, cudaMemcpyHostToDevice));
+    LAUNCH(amp_cuda_gated_copy(&t, found, 0, 0, ERR));
+    bad = 0;
+    for (int k = 0; k < nt; ++k) {
+        std::vector<float> gx(sizes[k]);
+        CUDA(cudaMemcpy(gx.data(), spans[k].x, sizes[k] * 4, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < sizes[k]; ++i)
+            bad += amp_f32_bits(gx[i]) != amp_f32_bits(host[k][i]);
+    }
+    CHECK(kept && bad == 0, "ungated save, then NaN written: a taken step keeps what the pass "
+          "wrote (%s), a skipped one restores every array bit for bit (%zu differ)",
+          kept ? "yes" : "no", bad);
     amp_mt_table_free(&t);
     cudaFree(dst);
 }

@@ -274,7 +274,7 @@ static void record_row(network *net, const darknet_train_progress *p, double t, 
     }
     fprintf(cli.record, "%.2f\t%.3f\t", dt > 0 ? per_iteration / dt : 0,
             cli.wall_offset + (t - cli.start));
-    if (map50 >= 0) fprintf(cli.record, "%.4f\n", map50);
+    if (map50 >= 0) fprintf(cli.record, "%.6f\n", map50);
     else fputs("NaN\n", cli.record);
     fflush(cli.record);
 }

@@ -65,7 +65,7 @@ done
 # The same evaluation as eval_detector's, on the weights saved at 100.
 "$eval" "$out/rec.cfg" "$out/backup/rec_100.weights" "$data_dir/valid.txt" > "$out/eval100.txt" 2> /dev/null
 ev=$(sed -n 's/^eval: map50=\([0-9.]*\) .*/\1/p' "$out/eval100.txt")
-rec=$(awk -F'\t' '$1 == 100 { print $9 }' "$record")
+rec=$(awk -F'\t' '$1 == 100 { printf "%.4f", $9 }' "$record") # at eval_detector's precision
 [ -n "$ev" ] && [ "$ev" = "$rec" ] && ok "-map at 100 ($rec) equals eval_detector on rec_100.weights ($ev)" \
     || bad "-map at 100 ($rec) and eval_detector on rec_100.weights (${ev:-failed}) differ"
 best=$(awk -F'\t' '!/^#/ && $9 != "NaN" && $9 + 0 > b + 0 { b = $9; i = $1 } END { print i }' "$record")

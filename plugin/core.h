@@ -6,8 +6,11 @@
  * Map of the core (docs/architecture.md):
  *   step.c      the training step's phase machine and the three layer
  *               wrappers, attach and detach, amp_unscale/amp_step
- *   tensors.c   darknet knowledge: a layer's parameter gradients, the
+ *   tensors.c   darknet knowledge: a layer's parameter gradients, what a
+ *               forward pass changes besides (amp_fwd_state), the
  *               sub-layers of recurrent layers, function-pointer slots
+ *   weights_check.c what darknet's save writes, and a saved file's
+ *               non-finite values said
  *   scaler.c    the loss scaler: its invariants, the scale rule's use, every
  *               skip and scale message, amp_max_skips
  *   hooks.c     darknet's hook table: cfg keys, attaching, the state file

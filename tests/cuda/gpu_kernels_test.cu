@@ -219,6 +219,21 @@ static void unscale_check(void)
           "batch start: copy and x1024 exact (%zu differ), batch_scale %g, inv_scale %a", bad,
           st.batch_scale, st.inv_scale);
 
+    /* The elements of every span's x whose bits differ from host's (every
+     * one when the copy back fails). */
+    auto differ_from_host = [&]() {
+        size_t d = 0;
+        for (int k = 0; k < nt; ++k) {
+            std::vector<float> gx(sizes[k]);
+            if (cudaMemcpy(gx.data(), spans[k].x, sizes[k] * 4, cudaMemcpyDeviceToHost) !=
+                cudaSuccess)
+                return (size_t)-1;
+            for (size_t i = 0; i < sizes[k]; ++i)
+                d += amp_f32_bits(gx[i]) != amp_f32_bits(host[k][i]);
+        }
+        return d;
+    };
+
     /* Gated copies: flag 0 leaves x alone, flag 1 restores it from y. */
     unsigned int zero = 0, one = 1;
     CUDA(cudaMemcpy(found, &zero, 4, cudaMemcpyHostToDevice));
@@ -228,13 +243,7 @@ static void unscale_check(void)
     int untouched = amp_f32_bits(g0[9]) == amp_f32_bits(host[4][9] * 1024.0f);
     CUDA(cudaMemcpy(found, &one, 4, cudaMemcpyHostToDevice));
     LAUNCH(amp_cuda_gated_copy(&t, found, 0, 0, ERR));
-    bad = 0;
-    for (int k = 0; k < nt; ++k) {
-        std::vector<float> gx(sizes[k]);
-        CUDA(cudaMemcpy(gx.data(), spans[k].x, sizes[k] * 4, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < sizes[k]; ++i)
-            bad += amp_f32_bits(gx[i]) != amp_f32_bits(host[k][i]);
-    }
+    bad = differ_from_host();
     CHECK(untouched && bad == 0, "gated copy: flag 0 changes nothing (%s), flag 1 restores every "
           "tensor (%zu differ)", untouched ? "yes" : "no", bad);
 
@@ -249,13 +258,7 @@ static void unscale_check(void)
     const int kept = isnan(g0[9]);
     CUDA(cudaMemcpy(found, &one, 4, cudaMemcpyHostToDevice));
     LAUNCH(amp_cuda_gated_copy(&t, found, 0, 0, ERR));
-    bad = 0;
-    for (int k = 0; k < nt; ++k) {
-        std::vector<float> gx(sizes[k]);
-        CUDA(cudaMemcpy(gx.data(), spans[k].x, sizes[k] * 4, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < sizes[k]; ++i)
-            bad += amp_f32_bits(gx[i]) != amp_f32_bits(host[k][i]);
-    }
+    bad = differ_from_host();
     CHECK(kept && bad == 0, "ungated save, then NaN written: a taken step keeps what the pass "
           "wrote (%s), a skipped one restores every array bit for bit (%zu differ)",
           kept ? "yes" : "no", bad);

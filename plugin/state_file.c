@@ -243,9 +243,9 @@ typedef struct value_count {
 
 static void count_value(value_count *c, const unsigned char *p)
 {
-    uint32_t bits;
-    memcpy(&bits, p, sizeof bits);
-    if ((bits & 0x7f800000u) == 0x7f800000u && !c->nonfinite++) c->first = c->values;
+    float x;
+    memcpy(&x, p, sizeof x);
+    if (amp_nonfinite_bits(x) && !c->nonfinite++) c->first = c->values; /* grad_math.h */
     c->values += 1;
 }
 

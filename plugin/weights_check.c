@@ -9,7 +9,6 @@
 #include "state_file.h" /* amp_weights_id, amp_weights_identify */
 
 #include <stdarg.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -105,11 +104,7 @@ int amp_saved_arrays(const layer *l, amp_saved_array *out, int max)
 static unsigned long long count_nonfinite(const float *x, size_t n)
 {
     unsigned long long bad = 0;
-    for (size_t i = 0; i < n; ++i) {
-        uint32_t bits;
-        memcpy(&bits, &x[i], sizeof bits);
-        bad += (bits & 0x7f800000u) == 0x7f800000u;
-    }
+    for (size_t i = 0; i < n; ++i) bad += amp_nonfinite_bits(x[i]); /* grad_math.h */
     return bad;
 }
 

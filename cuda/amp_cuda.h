@@ -15,6 +15,7 @@
 #include "darknet_amp.h" /* amp_dtype */
 #include "math/grad_math.h" /* amp_overflow_scan */
 #include "math/scale_rule.h"
+#include "wgrad_index.h" /* amp_im2col_dims */
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>
@@ -78,6 +79,15 @@ amp_status amp_cuda_round(float *x, size_t n, amp_dtype dtype, cudaStream_t stre
                           size_t errlen);
 amp_status amp_cuda_add_rounded(const float *x, float *y, size_t n, amp_dtype dtype,
                                 cudaStream_t stream, char *err, size_t errlen);
+
+/* wgrad.cu: a half convolution's weight-gradient operands (half_conv.c),
+ * 16-bit values moved, never converted. im2col: x (nb NCHW images of c x h x w)
+ * into col, c * size * size rows of nb * out_h * out_w columns (image-major);
+ * to_cnhw: x (nb images of k x hw) into y, k rows of nb * hw. */
+amp_status amp_cuda_im2col_half(const uint16_t *x, amp_im2col_dims d, uint16_t *col,
+                                cudaStream_t stream, char *err, size_t errlen);
+amp_status amp_cuda_to_cnhw_half(const uint16_t *x, int nb, int k, size_t hw, uint16_t *y,
+                                 cudaStream_t stream, char *err, size_t errlen);
 
 /* unscale.cu: x *= *factor over every span, one launch; with found != NULL,
  * atomicMax(found, 1 + span) for every span holding a non-finite result

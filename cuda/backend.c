@@ -57,6 +57,7 @@ typedef struct amp_gpu_net {
     float *saved, *param_saved, *states_saved;
     float **grads;          /* per an->tensors entry: its device gradient */
     amp_gpu_half_ctx *half; /* scratch shared by the layers */
+    amp_gpu_prof *prof;     /* DARKNET_AMP_PROFILE's device intervals, or NULL */
 #ifdef AMP_HAVE_NCCL
     ncclComm_t nccl;        /* data-parallel: the processes' communicator, or NULL */
 #endif
@@ -466,6 +467,23 @@ static int nonfinite_output(amp_net *an, int last, amp_overflow_scan *scan, int 
     return found;
 }
 
+/* ---- DARKNET_AMP_PROFILE (profile.c) ---- */
+
+static int prof_begin(amp_net *an, amp_layer *al, amp_prof_what what)
+{
+    return gpu_of(an) ? amp_gpu_prof_begin(gpu_of(an)->prof, al, what) : -1;
+}
+
+static void prof_end(amp_net *an, int handle)
+{
+    if (gpu_of(an)) amp_gpu_prof_end(gpu_of(an)->prof, handle);
+}
+
+static void prof_collect(amp_net *an)
+{
+    if (gpu_of(an)) amp_gpu_prof_collect(gpu_of(an)->prof, an);
+}
+
 /* ---- the network ---- */
 
 /* Warns or refuses by compute capability (docs/gpu.md: bfloat16 needs 8.0). */
@@ -608,6 +626,7 @@ static amp_status net_init(amp_net *an, char *err, size_t errlen)
     AMP_RETURN_ERROR_IF(!g->half, AMP_ERR_NOMEM, err, errlen,
                         "amp: out of memory attaching to %s", an->cfgfile);
     g->half->dev = g->dev;
+    if (an->env.profile) g->prof = amp_gpu_prof_new(); /* NULL: not timed */
     if (an->comm) { /* data-parallel: NCCL's communicator, its id from rank 0 over MPI */
 #ifdef AMP_HAVE_NCCL
         ncclUniqueId id;
@@ -636,6 +655,7 @@ static void net_free(amp_net *an)
     if (!g) return;
     cudaDeviceSynchronize(); /* nothing of ours in flight when freed */
     amp_gpu_half_ctx_free(g->half);
+    amp_gpu_prof_free(g->prof);
     amp_mt_table_free(&g->hist);
     amp_mt_table_free(&g->params);
     amp_mt_table_free(&g->states);
@@ -680,4 +700,7 @@ const amp_backend_ops amp_cuda_backend = {
     .push = push,
     .layer_fallback = layer_fallback,
     .nonfinite_output = nonfinite_output,
+    .prof_begin = prof_begin,
+    .prof_end = prof_end,
+    .prof_collect = prof_collect,
 };

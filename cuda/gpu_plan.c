@@ -63,3 +63,11 @@ amp_gemm_call amp_gemm_colmajor(int ta, int tb, int m, int n, int k, int lda, in
     g.ldc = ldc;
     return g;
 }
+
+int amp_wgrad_chunk(int batch, size_t per_image, size_t out_hw, size_t limit)
+{
+    size_t nb = per_image ? limit / per_image : (size_t)batch;
+    if (out_hw && nb > (size_t)INT_MAX / out_hw) nb = (size_t)INT_MAX / out_hw;
+    if (nb > (size_t)batch) nb = (size_t)batch;
+    return nb < 1 ? 1 : (int)nb;
+}

@@ -16,6 +16,11 @@
  * never needs more than darknet already allows itself. */
 #define AMP_GPU_WORKSPACE_LIMIT ((size_t)2000000000)
 
+/* The most bytes a half convolution's weight-gradient operands (its
+ * im2col columns and its gradient laid out by channel) may take at once:
+ * the batch is cut into chunks that fit, one GEMM each. */
+#define AMP_GPU_WGRAD_LIMIT ((size_t)256 << 20)
+
 /* NCHW input, KCRS filter (C = channels per group), NCHW output. */
 typedef struct amp_conv_dims {
     int n, c, h, w;       /* input */
@@ -32,6 +37,11 @@ typedef struct amp_conv_dims {
 amp_status amp_conv_dims_make(int batch, int c, int h, int w, int filters, int size, int stride, int pad,
                        int groups, int out_h, int out_w, amp_conv_dims *d, char *why,
                        size_t whylen);
+
+/* Images per weight-gradient GEMM (amp_wgrad_chunk): as many of batch as
+ * keep per_image bytes each within limit and the GEMM's K (images x
+ * out_hw) within an int; at least 1. */
+int amp_wgrad_chunk(int batch, size_t per_image, size_t out_hw, size_t limit);
 
 /* One of cuDNN's ranked candidates (cudnnGet*Algorithm_v7 results). */
 typedef struct amp_algo_candidate {

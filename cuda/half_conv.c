@@ -1,29 +1,34 @@
-/* Convolutional layers in float16 or bfloat16 through cuDNN: half tensors
- * and filters, float32 compute type, tensor-op math; the CPU emulation's
- * rounding points (plugin/cpu/emulated.c), with cuDNN's float32 sums in its own
- * order.
+/* Convolutional layers in float16 or bfloat16 on the GPU: half tensors and
+ * filters, float32 sums, tensor-op math; the CPU emulation's rounding points
+ * (plugin/cpu/emulated.c), with the device's float32 sums in their own order.
  *
  * Forward: input -> half (convert kernel); half weights (per weights
  * version); cuDNN forward into a half y, converted into l.output_gpu, so the
  * output is half-rounded; then darknet's float32 tail: batch-norm or bias,
  * activation.
  * Backward: darknet's float32 tail gradients (activation, batch-norm or
- * bias) first; the incoming gradient -> half; backward-filter into a half
- * dW, ADDED in float32 into weight_updates_gpu (it holds the momentum
- * history, scaled at the batch start); backward-data into a half dX, ADDED
- * into net.delta_gpu (route and shortcut layers may have accumulated there).
- * cuDNN writes with beta = 0 into our buffers and the adds are ours: a half
- * dW with beta = 1 would round the history itself to half.
+ * bias) first; the input and the incoming gradient -> half. The weight
+ * gradient never passes through half: darknet's loss is a sum over the
+ * batch, so a weight gradient grows with the batch and a half one overflows
+ * float16 at small loss scales (cuDNN's legacy backward-filter writes the
+ * filter's own type). It is one cuBLAS GEMM per chunk of images and per
+ * group, half operands, float32 output with beta 1 straight into
+ * weight_updates_gpu (the momentum history, scaled at the batch start): the
+ * input as im2col columns and the gradient by channel (wgrad.cu,
+ * wgrad_index.h), so the sum over images and positions is the GEMM's K;
+ * chunks keep those operands within AMP_GPU_WGRAD_LIMIT. cuDNN
+ * backward-data writes a half dX, ADDED into net.delta_gpu (route and
+ * shortcut layers may have accumulated there).
  *
  * Algorithms: cudnnGet*Algorithm_v7 for the half descriptors, the first
  * candidate cuDNN supports whose workspace fits AMP_GPU_WORKSPACE_LIMIT
  * (gpu_plan.c), run with the math type the query reported for it (one
- * descriptor serves the three passes, so it is set before each); chosen
- * again when darknet resizes the network or changes the batch. The half
- * input is converted again in backward (same bits as in forward, from the
- * same net.input_gpu darknet's own backward reads) rather than kept per
- * layer: one conversion instead of half an activation map of memory per
- * layer.
+ * descriptor serves both passes, so it is set before each); chosen again
+ * when darknet resizes the network or changes the batch; named in the
+ * layer's label (the start-up table, DARKNET_AMP_PROFILE). The half input is
+ * converted again in backward (same bits as in forward, from the same
+ * net.input_gpu darknet's own backward reads) rather than kept per layer:
+ * one conversion instead of half an activation map of memory per layer.
  */
 #include "half_gpu.h"
 #include "gpu_plan.h"
@@ -34,6 +39,7 @@
 #include "blas.h"
 #include "cuda.h" /* darknet's: cudnn_handle() */
 
+#include <stdio.h>
 #include <stdlib.h>
 
 /* convolutional_kernels.cu, not in a header */
@@ -46,11 +52,12 @@ struct amp_cudnn_conv {
     cudnnConvolutionDescriptor_t conv;
     cudnnConvolutionFwdAlgo_t fwd;
     cudnnConvolutionBwdDataAlgo_t bwd_data;
-    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
     /* The math type cuDNN's query reported with each algorithm: set on the
      * convolution descriptor before that pass (and its workspace query). */
-    cudnnMathType_t fwd_math, bwd_data_math, bwd_filter_math;
+    cudnnMathType_t fwd_math, bwd_data_math;
     size_t ws_bytes;
+    int wgrad_images; /* images per weight-gradient GEMM (amp_wgrad_chunk) */
+    char label[256];  /* the layer's label: what runs each pass */
 };
 
 void amp_cudnn_conv_free(amp_gpu_half *h)
@@ -82,7 +89,7 @@ void amp_cudnn_conv_free(amp_gpu_half *h)
         (math) = (perf)[i_].mathType;                                                             \
     } while (0)
 
-/* The three algorithms for the descriptors as set, with their math types
+/* The two algorithms for the descriptors as set, with their math types
  * and the workspace they need, or why not. */
 static amp_status choose_algorithms(struct amp_cudnn_conv *c, cudnnHandle_t handle, char *why,
                                     size_t whylen)
@@ -96,25 +103,56 @@ static amp_status choose_algorithms(struct amp_cudnn_conv *c, cudnnHandle_t hand
     CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, c->wd, c->y, c->conv, c->x, 16, &n,
                                                       dperf));
     PICK(dperf, n, c->bwd_data, c->bwd_data_math, "backward-data");
-    cudnnConvolutionBwdFilterAlgoPerf_t wperf[16];
-    CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, c->x, c->y, c->conv, c->wd, 16,
-                                                        &n, wperf));
-    PICK(wperf, n, c->bwd_filter, c->bwd_filter_math, "backward-filter");
-    size_t a = 0, b = 0, f = 0;
+    size_t a = 0, b = 0;
     CHECK(cudnnSetConvolutionMathType(c->conv, c->fwd_math));
     CHECK(cudnnGetConvolutionForwardWorkspaceSize(handle, c->x, c->wd, c->conv, c->y, c->fwd, &a));
     CHECK(cudnnSetConvolutionMathType(c->conv, c->bwd_data_math));
     CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(handle, c->wd, c->y, c->conv, c->x,
                                                        c->bwd_data, &b));
-    CHECK(cudnnSetConvolutionMathType(c->conv, c->bwd_filter_math));
-    CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, c->x, c->y, c->conv, c->wd,
-                                                         c->bwd_filter, &f));
     c->ws_bytes = a > b ? a : b;
-    if (f > c->ws_bytes) c->ws_bytes = f;
     return AMP_OK;
 }
 
 #undef PICK
+
+/* cuDNN's algorithm and math-type names, for the layer's label. */
+static const char *amp_cudnn_fwd_name(cudnnConvolutionFwdAlgo_t a)
+{
+    switch (a) {
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: return "IMPLICIT_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM: return "IMPLICIT_PRECOMP_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_GEMM: return "GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT: return "DIRECT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT: return "FFT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING: return "FFT_TILING";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD: return "WINOGRAD";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED: return "WINOGRAD_NONFUSED";
+    default: return "?";
+    }
+}
+
+static const char *amp_cudnn_bwd_data_name(cudnnConvolutionBwdDataAlgo_t a)
+{
+    switch (a) {
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_0: return "ALGO_0";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_1: return "ALGO_1";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT: return "FFT";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING: return "FFT_TILING";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD: return "WINOGRAD";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED: return "WINOGRAD_NONFUSED";
+    default: return "?";
+    }
+}
+
+static const char *amp_cudnn_math_name(cudnnMathType_t m)
+{
+    switch (m) {
+    case CUDNN_TENSOR_OP_MATH: return " (tensor ops)";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return " (tensor ops, converting)";
+    case CUDNN_FMA_MATH: return " (FMA)";
+    default: return "";
+    }
+}
 
 /* Descriptors, algorithms and workspace for l's current shape, or why not.
  * Does nothing when the shape is the one set up. */
@@ -150,7 +188,21 @@ static amp_status ensure_shape(amp_gpu_half *h, const layer *l, char *why, size_
     AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->x, nin * sizeof(uint16_t), why, whylen));
     AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->y, nout * sizeof(uint16_t), why, whylen));
     AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->dx, nin * sizeof(uint16_t), why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->dw, h->nw * sizeof(uint16_t), why, whylen));
+    /* the weight gradient's operands per image: im2col columns, gradient by channel */
+    const size_t ohw = (size_t)d.out_h * d.out_w;
+    const size_t per_image = ((size_t)d.c * d.size * d.size + (size_t)d.k) * ohw * sizeof(uint16_t);
+    c->wgrad_images = amp_wgrad_chunk(d.n, per_image, ohw, AMP_GPU_WGRAD_LIMIT);
+    const size_t nb = (size_t)c->wgrad_images;
+    AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->col, (size_t)d.c * d.size * d.size * ohw * nb *
+                                                      sizeof(uint16_t), why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->dyc, (size_t)d.k * ohw * nb * sizeof(uint16_t), why,
+                                         whylen));
+    snprintf(c->label, sizeof c->label,
+             "cuDNN forward %s%s, backward-data %s%s, weight gradient cuBLAS float32 "
+             "(%d images per GEMM); workspace %.1f MiB",
+             amp_cudnn_fwd_name(c->fwd), amp_cudnn_math_name(c->fwd_math),
+             amp_cudnn_bwd_data_name(c->bwd_data), amp_cudnn_math_name(c->bwd_data_math),
+             c->wgrad_images, (double)c->ws_bytes / 1048576.0);
     c->batch = l->batch, c->h = l->h, c->w = l->w;
     return AMP_OK;
 }
@@ -161,6 +213,7 @@ amp_status amp_cudnn_conv_setup(amp_layer *al, const layer *l, char *why, size_t
     struct amp_cudnn_conv *c = calloc(1, sizeof *c);
     AMP_RETURN_ERROR_IF(!c, AMP_ERR_NOMEM, why, whylen, "out of memory");
     h->conv = c;
+    al->label = c->label;
     CHECK(cudnnCreateTensorDescriptor(&c->x));
     CHECK(cudnnCreateTensorDescriptor(&c->y));
     CHECK(cudnnCreateFilterDescriptor(&c->wd));
@@ -179,20 +232,52 @@ static amp_status forward(amp_layer *al, layer l, network net, char *err, size_t
     size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
     const float one = 1, zero = 0;
     const uint16_t *w = NULL;
-    AMP_FORWARD_IF_ERROR(amp_gpu_half_weights(al, l.weights_gpu, &w, err, errlen));
-    AMP_FORWARD_IF_ERROR(amp_cuda_to_half(net.input_gpu, x->x.p, nin, h->dtype, 0, err, errlen));
+    AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_gpu_half_weights(al, l.weights_gpu, &w, err, errlen));
+    AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_cuda_to_half(net.input_gpu, x->x.p, nin, h->dtype, 0, err, errlen));
     AMP_FORWARD_IF_ERROR(
         AMP_CUDNN_CHECK(cudnnSetConvolutionMathType(c->conv, c->fwd_math), err, errlen));
-    AMP_FORWARD_IF_ERROR(AMP_CUDNN_CHECK(
-        cudnnConvolutionForward(cudnn_handle(), &one, c->x, x->x.p, c->wd, w, c->conv, c->fwd,
-                                x->ws.p, c->ws_bytes, &zero, c->y, x->y.p),
-        err, errlen));
-    AMP_FORWARD_IF_ERROR(amp_cuda_from_half(x->y.p, l.output_gpu, nout, h->dtype, 0, err, errlen));
+    AMP_GPU_RUN(al, AMP_PROF_KERNEL,
+                AMP_CUDNN_CHECK(cudnnConvolutionForward(cudnn_handle(), &one, c->x, x->x.p, c->wd,
+                                                        w, c->conv, c->fwd, x->ws.p, c->ws_bytes,
+                                                        &zero, c->y, x->y.p),
+                                err, errlen));
+    AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_cuda_from_half(x->y.p, l.output_gpu, nout, h->dtype, 0, err, errlen));
     /* darknet's float32 tail, as in forward_convolutional_layer_gpu */
     if (l.batch_normalize) forward_batchnorm_layer_gpu(l, net);
     else add_bias_gpu(l.output_gpu, l.biases_gpu, l.batch, l.n, l.out_w * l.out_h);
     activate_array_keep_gpu(l.output_gpu, l.outputs * l.batch, l.activation,
                             l.activation_input_gpu);
+    return AMP_OK;
+}
+
+/* The weight gradient, summed in float32 into weight_updates_gpu: per chunk
+ * of images, the half input as im2col columns and the half gradient by
+ * channel, then per group one GEMM (darknet's row-major terms:
+ * dW[filters/groups][cols] += dy[filters/groups][K] col[cols][K]^T). */
+static amp_status weight_gradient(amp_layer *al, const struct amp_cudnn_conv *c, const layer *l,
+                                  amp_gpu_half_ctx *x, amp_dtype dtype, char *err,
+                                  size_t errlen)
+{
+    const int g = l->groups > 0 ? l->groups : 1, cg = l->c / g, ng = l->n / g;
+    const int cols = cg * l->size * l->size;
+    const size_t ohw = (size_t)l->out_h * l->out_w, chw = (size_t)l->c * l->h * l->w;
+    for (int b0 = 0; b0 < l->batch; b0 += c->wgrad_images) {
+        const int nb = l->batch - b0 < c->wgrad_images ? l->batch - b0 : c->wgrad_images;
+        const int k = nb * (int)ohw; /* amp_wgrad_chunk keeps it an int */
+        const amp_im2col_dims d = {nb, l->c, l->h, l->w, l->size, l->stride, l->pad,
+                                   l->out_h, l->out_w};
+        const uint16_t *xb = (const uint16_t *)x->x.p + (size_t)b0 * chw;
+        const uint16_t *yb = (const uint16_t *)x->y.p + (size_t)b0 * l->n * ohw;
+        uint16_t *col = x->col.p, *dyc = x->dyc.p;
+        AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_cuda_im2col_half(xb, d, col, 0, err, errlen));
+        AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_cuda_to_cnhw_half(yb, nb, l->n, ohw, dyc, 0, err, errlen));
+        for (int j = 0; j < g; ++j)
+            AMP_GPU_RUN(al, AMP_PROF_KERNEL,
+                        amp_gpu_gemm_half(dtype, 0, 1, ng, cols, k, dyc + (size_t)j * ng * k, k,
+                                          col + (size_t)j * cols * k, k, 1,
+                                          l->weight_updates_gpu + (size_t)j * ng * cols, cols,
+                                          err, errlen));
+    }
     return AMP_OK;
 }
 
@@ -213,26 +298,21 @@ static amp_status backward(amp_layer *al, layer l, network net, char *err, size_
 
     const float one = 1, zero = 0;
     const uint16_t *w = NULL;
-    AMP_FORWARD_IF_ERROR(amp_gpu_half_weights(al, l.weights_gpu, &w, err, errlen));
-    AMP_FORWARD_IF_ERROR(amp_cuda_to_half(net.input_gpu, x->x.p, nin, h->dtype, 0, err, errlen));
-    AMP_FORWARD_IF_ERROR(amp_cuda_to_half(l.delta_gpu, x->y.p, nout, h->dtype, 0, err, errlen));
-    AMP_FORWARD_IF_ERROR(
-        AMP_CUDNN_CHECK(cudnnSetConvolutionMathType(c->conv, c->bwd_filter_math), err, errlen));
-    AMP_FORWARD_IF_ERROR(AMP_CUDNN_CHECK(
-        cudnnConvolutionBackwardFilter(cudnn_handle(), &one, c->x, x->x.p, c->y, x->y.p, c->conv,
-                                       c->bwd_filter, x->ws.p, c->ws_bytes, &zero, c->wd,
-                                       x->dw.p),
-        err, errlen));
-    AMP_FORWARD_IF_ERROR(
-        amp_cuda_add_half(x->dw.p, l.weight_updates_gpu, h->nw, h->dtype, 0, err, errlen));
+    AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_gpu_half_weights(al, l.weights_gpu, &w, err, errlen));
+    AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_cuda_to_half(net.input_gpu, x->x.p, nin, h->dtype, 0, err, errlen));
+    AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_cuda_to_half(l.delta_gpu, x->y.p, nout, h->dtype, 0, err, errlen));
+    AMP_FORWARD_IF_ERROR(weight_gradient(al, c, &l, x, h->dtype, err, errlen));
     if (!net.delta_gpu) return AMP_OK;
     AMP_FORWARD_IF_ERROR(
         AMP_CUDNN_CHECK(cudnnSetConvolutionMathType(c->conv, c->bwd_data_math), err, errlen));
-    AMP_FORWARD_IF_ERROR(AMP_CUDNN_CHECK(
-        cudnnConvolutionBackwardData(cudnn_handle(), &one, c->wd, w, c->y, x->y.p, c->conv,
-                                     c->bwd_data, x->ws.p, c->ws_bytes, &zero, c->x, x->dx.p),
-        err, errlen));
-    return amp_cuda_add_half(x->dx.p, net.delta_gpu, nin, h->dtype, 0, err, errlen);
+    AMP_GPU_RUN(al, AMP_PROF_KERNEL,
+                AMP_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_handle(), &one, c->wd, w, c->y,
+                                                             x->y.p, c->conv, c->bwd_data, x->ws.p,
+                                                             c->ws_bytes, &zero, c->x, x->dx.p),
+                                err, errlen));
+    AMP_GPU_RUN(al, AMP_PROF_CONVERT,
+                amp_cuda_add_half(x->dx.p, net.delta_gpu, nin, h->dtype, 0, err, errlen));
+    return AMP_OK;
 }
 
 AMP_GPU_LAYER_CALLBACK(amp_cudnn_conv_forward, forward)

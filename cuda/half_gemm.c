@@ -10,8 +10,11 @@
  * type (unless CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION is set on
  * the handle, which is darknet's and shared), adding rounding points the
  * CPU path does not have. The forward result is rounded in place in
- * l.output_gpu; the weight and data gradients are rounded as they are added
- * into weight_updates_gpu (the momentum history) and net.delta_gpu.
+ * l.output_gpu; the data gradient is rounded as it is added into
+ * net.delta_gpu; the weight gradient is added into weight_updates_gpu (the
+ * momentum history) in float32, never rounded to half: darknet's loss is a
+ * sum over the batch, so a weight gradient grows with the batch and would
+ * overflow float16 at a small loss scale.
  *
  * The float32 tails are darknet's GPU ones (forward_connected_layer_gpu,
  * backward_connected_layer_gpu), including its gradient clip, which
@@ -35,9 +38,7 @@
 #include "gemm.h"
 #include "im2col.h"
 
-/* darknet's row-major gemm_gpu arguments, half A and B, float32 C; beta 0
- * (C written) or 1 (C accumulated in float32, a sum over the batch). */
-static amp_status gemm_half(amp_dtype dtype, int ta, int tb, int m, int n, int k, const void *a,
+amp_status amp_gpu_gemm_half(amp_dtype dtype, int ta, int tb, int m, int n, int k, const void *a,
                             int lda, const void *b, int ldb, float beta, float *c, int ldc,
                             char *err, size_t errlen)
 {
@@ -78,7 +79,7 @@ static amp_status connected_forward(amp_layer *al, layer l, network net, char *e
     const uint16_t *w = NULL;
     AMP_FORWARD_IF_ERROR(amp_gpu_half_weights(al, l.weights_gpu, &w, err, errlen));
     AMP_FORWARD_IF_ERROR(amp_cuda_to_half(net.input_gpu, x->x.p, nin, h->dtype, 0, err, errlen));
-    AMP_FORWARD_IF_ERROR(gemm_half(h->dtype, 0, 1, l.batch, l.outputs, l.inputs, x->x.p, l.inputs,
+    AMP_FORWARD_IF_ERROR(amp_gpu_gemm_half(h->dtype, 0, 1, l.batch, l.outputs, l.inputs, x->x.p, l.inputs,
                                    w, l.inputs, 0, l.output_gpu, l.outputs, err, errlen));
     AMP_FORWARD_IF_ERROR(amp_cuda_round(l.output_gpu, nout, h->dtype, 0, err, errlen));
     if (l.batch_normalize) forward_batchnorm_layer_gpu(l, net);
@@ -103,13 +104,12 @@ static amp_status connected_backward(amp_layer *al, layer l, network net, char *
     AMP_FORWARD_IF_ERROR(amp_gpu_half_weights(al, l.weights_gpu, &w, err, errlen));
     AMP_FORWARD_IF_ERROR(amp_cuda_to_half(net.input_gpu, x->x.p, nin, h->dtype, 0, err, errlen));
     AMP_FORWARD_IF_ERROR(amp_cuda_to_half(l.delta_gpu, x->y.p, nout, h->dtype, 0, err, errlen));
-    AMP_FORWARD_IF_ERROR(gemm_half(h->dtype, 1, 0, l.outputs, l.inputs, l.batch, x->y.p,
+    AMP_FORWARD_IF_ERROR(amp_gpu_gemm_half(h->dtype, 1, 0, l.outputs, l.inputs, l.batch, x->y.p,
                                    l.outputs, x->x.p, l.inputs, 0, x->dw.p, l.inputs, err,
                                    errlen));
-    AMP_FORWARD_IF_ERROR(
-        amp_cuda_add_rounded(x->dw.p, l.weight_updates_gpu, h->nw, h->dtype, 0, err, errlen));
+    axpy_gpu((int)h->nw, 1, x->dw.p, 1, l.weight_updates_gpu, 1); /* float32: never half */
     if (!net.delta_gpu) return AMP_OK;
-    AMP_FORWARD_IF_ERROR(gemm_half(h->dtype, 0, 0, l.batch, l.inputs, l.outputs, x->y.p,
+    AMP_FORWARD_IF_ERROR(amp_gpu_gemm_half(h->dtype, 0, 0, l.batch, l.inputs, l.outputs, x->y.p,
                                    l.outputs, w, l.inputs, 0, x->dx.p, l.inputs, err, errlen));
     return amp_cuda_add_rounded(x->dx.p, net.delta_gpu, nin, h->dtype, 0, err, errlen);
 }
@@ -143,7 +143,7 @@ AMP_GPU_LAYER_CALLBACK(amp_connected_backward_f32, connected_backward_f32)
  * backward, the incoming gradient is rounded to half (a float32 copy of
  * half values: im2col is darknet's float32 kernel), laid out as columns and
  * converted to half; the weight gradient is summed over the batch in float32
- * (beta 1) and rounded as it is added into weight_updates_gpu, the data
+ * (beta 1) and added into weight_updates_gpu in float32, the data
  * gradient rounded as it is added into net.delta_gpu, per image. */
 
 static amp_status deconv_reserve(amp_gpu_half *h, const layer *l, char *err, size_t errlen)
@@ -176,7 +176,7 @@ static amp_status deconv_forward(amp_layer *al, layer l, network net, char *err,
                                           h->dtype, 0, err, errlen));
     fill_gpu((int)nout, 0, l.output_gpu, 1);
     for (int i = 0; i < l.batch; ++i) {
-        AMP_FORWARD_IF_ERROR(gemm_half(h->dtype, 1, 0, m, n, k, w, m,
+        AMP_FORWARD_IF_ERROR(amp_gpu_gemm_half(h->dtype, 1, 0, m, n, k, w, m,
                                        (const uint16_t *)x->x.p + (size_t)i * k * n, n, 0,
                                        net.workspace, n, err, errlen));
         col2im_gpu(net.workspace, l.out_c, l.out_h, l.out_w, l.size, l.stride, l.pad,
@@ -212,16 +212,17 @@ static amp_status deconv_backward(amp_layer *al, layer l, network net, char *err
                    net.workspace);
         AMP_FORWARD_IF_ERROR(
             amp_cuda_to_half(net.workspace, x->y.p, (size_t)kk * hw, h->dtype, 0, err, errlen));
-        AMP_FORWARD_IF_ERROR(gemm_half(h->dtype, 0, 1, c, kk, hw,
+        AMP_FORWARD_IF_ERROR(amp_gpu_gemm_half(h->dtype, 0, 1, c, kk, hw,
                                        (const uint16_t *)x->x.p + (size_t)i * chw, hw, x->y.p, hw,
                                        i ? 1.f : 0.f, x->dw.p, kk, err, errlen));
         if (!net.delta_gpu) continue;
-        AMP_FORWARD_IF_ERROR(gemm_half(h->dtype, 0, 0, c, hw, kk, w, kk, x->y.p, hw, 0, x->dx.p,
+        AMP_FORWARD_IF_ERROR(amp_gpu_gemm_half(h->dtype, 0, 0, c, hw, kk, w, kk, x->y.p, hw, 0, x->dx.p,
                                        hw, err, errlen));
         AMP_FORWARD_IF_ERROR(amp_cuda_add_rounded(x->dx.p, net.delta_gpu + (size_t)i * chw, chw,
                                                   h->dtype, 0, err, errlen));
     }
-    return amp_cuda_add_rounded(x->dw.p, l.weight_updates_gpu, h->nw, h->dtype, 0, err, errlen);
+    axpy_gpu((int)h->nw, 1, x->dw.p, 1, l.weight_updates_gpu, 1); /* float32: never half */
+    return AMP_OK;
 }
 
 AMP_GPU_LAYER_CALLBACK(amp_cublas_deconv_forward, deconv_forward)

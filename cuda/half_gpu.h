@@ -40,10 +40,12 @@ typedef struct amp_gpu_half_ctx {
     const amp_gpu_state *dev; /* the device state: the batch's scale for the clip */
     amp_gpu_scratch x;   /* half input */
     amp_gpu_scratch y;   /* half output (forward) or incoming gradient (backward) */
-    amp_gpu_scratch dw;  /* weight gradient: half (cuDNN) or float32 (cuBLAS) */
+    amp_gpu_scratch dw;  /* float32 weight gradient (cuBLAS layers) */
     amp_gpu_scratch dx;  /* data gradient: half (cuDNN) or float32 (cuBLAS) */
     amp_gpu_scratch ws;  /* cuDNN workspace */
     amp_gpu_scratch t;   /* float32: a deconvolution's incoming gradient, rounded to half */
+    amp_gpu_scratch col; /* half: a convolution's im2col columns for its weight gradient */
+    amp_gpu_scratch dyc; /* half: its incoming gradient by channel (wgrad_index.h) */
 } amp_gpu_half_ctx;
 
 struct amp_cudnn_conv; /* half_conv.c */
@@ -95,6 +97,12 @@ void amp_cudnn_conv_forward(struct layer l, struct network net);
 void amp_cudnn_conv_backward(struct layer l, struct network net);
 
 /* half_gemm.c */
+/* darknet's row-major gemm_gpu arguments, half A and B, float32 C; beta 0
+ * (C written) or 1 (C accumulated in float32: a sum over the batch, or a
+ * weight gradient added into its history). */
+amp_status amp_gpu_gemm_half(amp_dtype dtype, int ta, int tb, int m, int n, int k, const void *a,
+                             int lda, const void *b, int ldb, float beta, float *c, int ldc,
+                             char *err, size_t errlen);
 amp_status amp_cublas_connected_setup(amp_layer *al, const layer *l, char *why, size_t whylen);
 void amp_cublas_connected_forward(struct layer l, struct network net);
 void amp_cublas_connected_backward(struct layer l, struct network net);
@@ -103,6 +111,28 @@ void amp_cublas_deconv_forward(struct layer l, struct network net);
 void amp_cublas_deconv_backward(struct layer l, struct network net);
 /* darknet's float32 backward_connected_layer_gpu with the clip at the scale */
 void amp_connected_backward_f32(struct layer l, struct network net);
+
+/* profile.c: DARKNET_AMP_PROFILE's intervals on the device (backend.h's
+ * prof_begin, prof_end, prof_collect; a network's, made only with the profile). */
+typedef struct amp_gpu_prof amp_gpu_prof;
+amp_gpu_prof *amp_gpu_prof_new(void);
+void amp_gpu_prof_free(amp_gpu_prof *p);
+int amp_gpu_prof_begin(amp_gpu_prof *p, amp_layer *al, amp_prof_what what);
+void amp_gpu_prof_end(amp_gpu_prof *p, int handle);
+void amp_gpu_prof_collect(amp_gpu_prof *p, amp_net *an);
+
+/* Runs call (an amp_status expression), returning its failure; under
+ * DARKNET_AMP_PROFILE timed as what (AMP_PROF_CONVERT, AMP_PROF_KERNEL) in
+ * half layer al's record. */
+#define AMP_GPU_RUN(al, what, call)                                                               \
+    do {                                                                                          \
+        amp_net *an_ = (al)->owner;                                                               \
+        amp_prof_mark m_ = {0, -1};                                                               \
+        if (an_->env.profile) m_ = amp_prof_start(an_, (al), (what));                             \
+        const amp_status st_ = (call);                                                            \
+        if (an_->env.profile) amp_prof_stop(an_, (al), (what), m_);                               \
+        AMP_FORWARD_IF_ERROR(st_);                                                                \
+    } while (0)
 
 /* backend.c: the device array behind one of the core's forward states (an
  * amp_fwd_state), its layer's by kind: rolling_mean_gpu, rolling_variance_gpu,

@@ -27,6 +27,8 @@ void amp_gpu_half_ctx_free(amp_gpu_half_ctx *ctx)
     scratch_free(&ctx->dx);
     scratch_free(&ctx->ws);
     scratch_free(&ctx->t);
+    scratch_free(&ctx->col);
+    scratch_free(&ctx->dyc);
     free(ctx);
 }
 

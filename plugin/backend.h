@@ -143,6 +143,16 @@ struct amp_backend_ops {
      * where float32's is not finite either. 0, or -1 (the forward run, no
      * comparison) for a layer it cannot probe. */
     int (*probe_forward)(amp_layer *al, layer l, network net, double *rel);
+    /* Optional, where the work runs asynchronously (a GPU): DARKNET_AMP_PROFILE's
+     * intervals on the device's clock. prof_begin marks a start in the
+     * device's stream and returns a handle (-1: not timed), prof_end its
+     * end; prof_collect waits for the marks so far and hands each finished
+     * interval to amp_prof_add, once per batch (at the next batch's first
+     * forward) and before the profile prints. Without them, the host's clock
+     * (host_timing). */
+    int (*prof_begin)(amp_net *an, amp_layer *al, amp_prof_what what);
+    void (*prof_end)(amp_net *an, int handle);
+    void (*prof_collect)(amp_net *an);
     /* Optional: start-up warnings (a CPU without bfloat16 instructions). */
     void (*describe)(const amp_net *an, FILE *out);
 };

@@ -139,6 +139,24 @@ int amp_cli_command(int *argc, char **argv, int *status)
 
 /* ---- the start-up line ---- */
 
+#ifdef CUDNN
+/* The cuDNN library this process loaded, appended to where; a library older
+ * than the headers darknet-amp was built with (a direction NVIDIA does not
+ * support) is a warning line of its own. */
+static void cudnn_versions(char *where, size_t n)
+{
+    const size_t rt = cudnnGetVersion(), built = CUDNN_VERSION;
+    const size_t len = strlen(where);
+    snprintf(where + len, n - len, ", cuDNN %zu.%zu.%zu", rt / 10000, rt % 10000 / 100, rt % 100);
+    if (rt < built)
+        fprintf(stderr, "darknet-amp: warning: the cuDNN library loaded, %zu.%zu.%zu, is older than "
+                        "the headers darknet-amp was built with, %zu.%zu.%zu, which NVIDIA does not "
+                        "support: build against the library's own headers (docs/build.md)\n",
+                rt / 10000, rt % 10000 / 100, rt % 100, built / 10000, built % 10000 / 100,
+                built % 100);
+}
+#endif
+
 void amp_cli_net_read(const network *net, const char *cfgfile, int enabled, amp_dtype dtype,
                       int data_parallel, const char *conflict)
 {
@@ -150,10 +168,16 @@ void amp_cli_net_read(const network *net, const char *cfgfile, int enabled, amp_
     }
     if (cli.banner_said) return;
     cli.banner_said = 1;
-    char where[64];
+    char where[96];
 #ifdef GPU
-    if (net->gpu_index >= 0) snprintf(where, sizeof where, "CUDA build, on GPU %d", net->gpu_index);
-    else snprintf(where, sizeof where, "CUDA build, on the CPU");
+    if (net->gpu_index >= 0) {
+        snprintf(where, sizeof where, "CUDA build, on GPU %d", net->gpu_index);
+#ifdef CUDNN
+        cudnn_versions(where, sizeof where);
+#endif
+    } else {
+        snprintf(where, sizeof where, "CUDA build, on the CPU");
+    }
 #else
     (void)net;
     snprintf(where, sizeof where, "CPU build");

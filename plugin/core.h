@@ -149,7 +149,26 @@ typedef struct amp_layer_profile {
     double gemm_s;          /* of which in the GEMM/convolution and conversions */
     double gflop;           /* GEMM/convolution work done, 1e9 multiply-adds x 2 */
     unsigned long calls;    /* forward + backward calls */
+    /* a device backend's half layers (prof_begin): of their passes' time,
+     * AMP's conversions, and the library kernels (cuDNN, cuBLAS) */
+    double convert_s, kernel_s;
 } amp_layer_profile;
+
+/* What a DARKNET_AMP_PROFILE interval times (profile.c, backend.h's prof_begin). */
+typedef enum amp_prof_what {
+    AMP_PROF_FORWARD,
+    AMP_PROF_BACKWARD,
+    AMP_PROF_UPDATE,
+    AMP_PROF_CONVERT, /* a half layer's conversions to and from half */
+    AMP_PROF_KERNEL,  /* a half layer's library kernels (convolution, GEMM) */
+    AMP_PROF_SCALING  /* the network's: save, scale, unscale and check */
+} amp_prof_what;
+
+/* An interval begun: the host's clock, or a device backend's handle. */
+typedef struct amp_prof_mark {
+    double t0;
+    int handle;
+} amp_prof_mark;
 
 typedef struct amp_layer {
     amp_net *owner;
@@ -241,6 +260,7 @@ struct amp_net {
     int first_update, last_update; /* lowest and highest index of a layer with parameters */
     unsigned long weights_version; /* moved by every update and every load */
     double prof_scaling_s;       /* DARKNET_AMP_PROFILE: saving, scaling, unscaling, checking */
+    unsigned long prof_steps;    /* on a device backend: the batches its intervals cover */
     int prof_installed;          /* DARKNET_AMP_PROFILE's timers hold the layers' slots */
     float batch_scale;           /* the scale the current batch was scaled with */
     int found_inf;               /* host-decided steps: a gradient was not finite */
@@ -480,7 +500,14 @@ void amp_plan_print(const amp_net *an, FILE *out);
 double amp_clock(void);
 /* Puts a timer around every layer's forward, backward and update slots. */
 void amp_profile_install(amp_net *an);
-void amp_profile_print(const amp_net *an, FILE *out);
+void amp_profile_print(amp_net *an, FILE *out);
+/* An interval of kind what for layer al (NULL: the network's), on the
+ * host's clock or the backend's device clock (backend.h's prof_begin); stop
+ * adds it to the record, at once or when the backend collects. */
+amp_prof_mark amp_prof_start(amp_net *an, amp_layer *al, amp_prof_what what);
+void amp_prof_stop(amp_net *an, amp_layer *al, amp_prof_what what, amp_prof_mark m);
+/* seconds into al's record (NULL: the network's) for what. */
+void amp_prof_add(amp_net *an, amp_layer *al, amp_prof_what what, double seconds);
 
 /* ---- inject.c: DARKNET_AMP_INJECT (docs/testing.md) ---- */
 amp_status amp_parse_injection(amp_net *an, const char *spec, char *err, size_t errlen);

@@ -374,7 +374,7 @@ static void on_train_done(void *ctx, network *net)
                         "processes took %.3f s in all, %.2f ms a step\n",
                 an->comm->rank, an->comm->size, an->dist_reduce_s,
                 st->steps ? 1e3 * an->dist_reduce_s / (double)st->steps : 0.0);
-    if (an->env.profile == 1 && an->ops->host_timing) {
+    if (an->env.profile == 1 && (an->ops->host_timing || an->ops->prof_begin)) {
         amp_profile_print(an, stderr);
         an->env.profile = 2; /* printed */
     }

@@ -1,7 +1,14 @@
 /* DARKNET_AMP_PROFILE=1: where a half layer's time goes. Each half layer adds
  * the wall time of its forward and backward, the part of it spent in the
  * GEMM/convolution with its conversions, and the work done (2 flops per
- * multiply-add); amp_profile_print sums them at the end of training. */
+ * multiply-add); amp_profile_print sums them at the end of training.
+ *
+ * On a backend whose work runs asynchronously (the GPU: backend.h's
+ * prof_begin), every interval is timed on the device's clock instead (CUDA
+ * events): each layer's forward, backward and update, and inside a half
+ * layer its conversions and its library kernels; the backend collects them
+ * once per batch, and the print is a per-layer table in milliseconds per
+ * step. Without the profile nothing of this runs. */
 #include "backend.h"
 #include "network.h" /* get_layer_string */
 
@@ -14,28 +21,65 @@ double amp_clock(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+void amp_prof_add(amp_net *an, amp_layer *al, amp_prof_what what, double seconds)
+{
+    if (!al) {
+        an->prof_scaling_s += seconds;
+        return;
+    }
+    amp_layer_profile *p = &al->prof;
+    switch (what) {
+    case AMP_PROF_FORWARD: p->all_fwd_s += seconds; break;
+    case AMP_PROF_BACKWARD: p->all_bwd_s += seconds; break;
+    case AMP_PROF_UPDATE: p->all_upd_s += seconds; break;
+    case AMP_PROF_CONVERT: p->convert_s += seconds; break;
+    case AMP_PROF_KERNEL: p->kernel_s += seconds; break;
+    case AMP_PROF_SCALING: an->prof_scaling_s += seconds; break;
+    }
+}
+
+amp_prof_mark amp_prof_start(amp_net *an, amp_layer *al, amp_prof_what what)
+{
+    amp_prof_mark m = {0, -1};
+    if (an->ops->prof_begin) m.handle = an->ops->prof_begin(an, al, what);
+    else m.t0 = amp_clock();
+    return m;
+}
+
+void amp_prof_stop(amp_net *an, amp_layer *al, amp_prof_what what, amp_prof_mark m)
+{
+    if (an->ops->prof_begin) {
+        if (m.handle >= 0) an->ops->prof_end(an, m.handle);
+    } else {
+        amp_prof_add(an, al, what, amp_clock() - m.t0);
+    }
+}
+
 static void timed_forward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
-    double t = amp_clock();
+    amp_net *an = al->owner;
+    /* a device's intervals of the last batch, before this one's begin */
+    if (al->index == 0 && an->ops->prof_collect) an->ops->prof_collect(an);
+    const amp_prof_mark m = amp_prof_start(an, al, AMP_PROF_FORWARD);
     al->prof.next_forward(l, net);
-    al->prof.all_fwd_s += amp_clock() - t;
+    amp_prof_stop(an, al, AMP_PROF_FORWARD, m);
 }
 
 static void timed_backward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
-    double t = amp_clock();
+    const amp_prof_mark m = amp_prof_start(al->owner, al, AMP_PROF_BACKWARD);
     al->prof.next_backward(l, net);
-    al->prof.all_bwd_s += amp_clock() - t;
+    amp_prof_stop(al->owner, al, AMP_PROF_BACKWARD, m);
 }
 
 static void timed_update(layer l, update_args a)
 {
     amp_layer *al = l.hook_data;
-    double t = amp_clock();
+    const amp_prof_mark m = amp_prof_start(al->owner, al, AMP_PROF_UPDATE);
     al->prof.next_update(l, a);
-    al->prof.all_upd_s += amp_clock() - t;
+    amp_prof_stop(al->owner, al, AMP_PROF_UPDATE, m);
 }
 
 void amp_profile_install(amp_net *an)
@@ -143,8 +187,47 @@ static void print_memory(const amp_net *an, FILE *out)
                 now, peak);
 }
 
-void amp_profile_print(const amp_net *an, FILE *out)
+/* A device backend's table: every layer's forward, backward and update, a
+ * half layer's conversions and library kernels, in ms per step; the label
+ * says what runs the layer (the algorithms of each pass, the workspace). */
+static void print_device(const amp_net *an, FILE *out)
 {
+    const double steps = an->prof_steps ? (double)an->prof_steps : 1, ms = 1e3 / steps;
+    amp_layer_profile sum = {0};
+    fprintf(out, "amp: profile: GPU time per layer, ms per step over %lu steps after the first "
+                 "(device clock; convert: AMP's conversions to and from half; kernel: cuDNN or "
+                 "cuBLAS):\n",
+            an->prof_steps);
+    for (int i = 0; i < an->net->n; ++i) {
+        const amp_layer *al = &an->layers[i];
+        const amp_layer_profile *p = &al->prof;
+        const layer *l = &an->net->layers[i];
+        const char *type = l->type == CONVOLUTIONAL ? "conv"
+                           : l->type == UPSAMPLE   ? "upsample"
+                                                   : get_layer_string(l->type);
+        fprintf(out,
+                "amp: profile: gpu layer %3d %-8s fwd %8.3f bwd %8.3f upd %8.3f convert %8.3f "
+                "kernel %8.3f ms/step  %s\n",
+                i, type, p->all_fwd_s * ms, p->all_bwd_s * ms, p->all_upd_s * ms,
+                p->convert_s * ms, p->kernel_s * ms,
+                al->label ? al->label : "darknet's float32");
+        sum.all_fwd_s += p->all_fwd_s, sum.all_bwd_s += p->all_bwd_s;
+        sum.all_upd_s += p->all_upd_s, sum.convert_s += p->convert_s;
+        sum.kernel_s += p->kernel_s;
+    }
+    fprintf(out,
+            "amp: profile: gpu total fwd %8.3f bwd %8.3f upd %8.3f convert %8.3f kernel %8.3f "
+            "scaling %8.3f ms/step over %lu steps\n",
+            sum.all_fwd_s * ms, sum.all_bwd_s * ms, sum.all_upd_s * ms, sum.convert_s * ms,
+            sum.kernel_s * ms, an->prof_scaling_s * ms, an->prof_steps);
+}
+
+void amp_profile_print(amp_net *an, FILE *out)
+{
+    if (an->ops->prof_collect) {
+        an->ops->prof_collect(an);
+        print_device(an, out);
+    }
     print_by_type(an, out);
     print_memory(an, out);
     amp_layer_profile sum = {0};

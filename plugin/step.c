@@ -54,7 +54,8 @@ void amp_net_sync(amp_net *an, int wait)
  * step; the backend keeps what a skip restores. */
 static void begin_batch(amp_net *an)
 {
-    double t0 = an->env.profile ? amp_clock() : 0;
+    const amp_prof_mark m = an->env.profile ? amp_prof_start(an, NULL, AMP_PROF_SCALING)
+                                            : (amp_prof_mark){0, -1};
     an->loss_bad = 0;
     an->loss_element = -1;
     an->loss_where[0] = 0;
@@ -62,7 +63,7 @@ static void begin_batch(amp_net *an)
     an->origin_overflow = 0;
     an->ops->begin_batch(an);
     an->phase = AMP_PHASE_ACCUMULATING;
-    if (an->env.profile) an->prof_scaling_s += amp_clock() - t0;
+    if (an->env.profile) amp_prof_stop(an, NULL, AMP_PROF_SCALING, m);
 }
 
 /* A backward after amp_unscale, before the step: the histories are whole
@@ -78,13 +79,14 @@ static void rescale(amp_net *an)
  * by a host-decided backend, flagged on the device by the others. */
 static void unscale(amp_net *an)
 {
-    double t0 = an->env.profile ? amp_clock() : 0;
+    const amp_prof_mark m = an->env.profile ? amp_prof_start(an, NULL, AMP_PROF_SCALING)
+                                            : (amp_prof_mark){0, -1};
     if (!an->comm) amp_inject(an); /* data-parallel: before the sum (begin_step) */
     an->found_inf = 0;
     an->bad_tensor = -1;
     an->ops->unscale(an);
     an->phase = AMP_PHASE_UNSCALED;
-    if (an->env.profile) an->prof_scaling_s += amp_clock() - t0;
+    if (an->env.profile) amp_prof_stop(an, NULL, AMP_PROF_SCALING, m);
 }
 
 /* The decision, before the first layer's update. inside_update: darknet's
@@ -303,7 +305,7 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, const amp_backend_ops *ops
     if (an->plan_on) AMP_FORWARD_IF_ERROR(ops->activations(an, err, errlen));
     an->probe_on = s->opt.probe && ops->probe_forward && s->opt.dtype != AMP_DTYPE_FLOAT32;
     amp_point_slots(an);
-    if (an->env.profile && ops->host_timing) amp_profile_install(an);
+    if (an->env.profile && (ops->host_timing || ops->prof_begin)) amp_profile_install(an);
     if (s->opt.probe && !an->probe_on)
         fprintf(stderr, "amp: amp_probe=1: %s\n",
                 s->opt.dtype == AMP_DTYPE_FLOAT32

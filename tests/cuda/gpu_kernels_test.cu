@@ -5,7 +5,9 @@
  * unscale + check with inf and NaN injected into chosen tensors (the flag
  * names the last one), the batch start, the gated copies, and a scale update
  * trace against amp_scale_update on the host, the connected layers' gradient
- * clip at the scale. Exit 77 without a device. */
+ * clip at the scale, a half convolution's weight-gradient operands
+ * (wgrad_index.h's layout) and its float32 GEMM into the history. Exit 77
+ * without a device. */
 #include "amp_cuda.h"
 #include "math/grad_math.h"
 #include "math/half_format.h"
@@ -380,6 +382,74 @@ static void clip(void)
     cudaFree(dst);
 }
 
+/* A half convolution's weight gradient as half_conv.c computes it: the
+ * operand kernels against wgrad_index.h on the host (every element), then
+ * the GEMM into a float32 history, against the exact sum: small integers,
+ * K = 2 x 13 x 13 x 32 per GEMM, sums well past float16's 65504 and exact
+ * in float32 (below 2^24). */
+extern "C" amp_status amp_gpu_gemm_half(amp_dtype dtype, int ta, int tb, int m, int n, int k,
+                                        const void *a, int lda, const void *b, int ldb,
+                                        float beta, float *c, int ldc, char *err, size_t errlen);
+
+static void weight_gradient(void)
+{
+    const amp_im2col_dims d = {32, 6, 26, 26, 3, 2, 1, 13, 13};
+    const int n = 8, cols = d.c * d.size * d.size, k = d.nb * d.out_h * d.out_w;
+    const size_t nx = (size_t)d.nb * d.c * d.h * d.w, ny = (size_t)d.nb * n * d.out_h * d.out_w;
+    const size_t ncol = amp_im2col_elems(d), ohw = (size_t)d.out_h * d.out_w;
+    for (int bf = 0; bf < 2; ++bf) {
+        amp_dtype dt = bf ? AMP_DTYPE_BFLOAT16 : AMP_DTYPE_FLOAT16;
+        std::vector<uint16_t> x(nx), dy(ny), col(ncol), dyc(ny);
+        std::vector<float> xf(nx), dyf(ny), hist((size_t)n * cols), got((size_t)n * cols);
+        srand(11 + bf);
+        for (size_t i = 0; i < nx; ++i) xf[i] = (float)(rand() % 17 - 8);
+        for (size_t i = 0; i < ny; ++i) dyf[i] = (float)(rand() % 17 - 8);
+        for (size_t i = 0; i < hist.size(); ++i) hist[i] = 0.5f * (float)(rand() % 9 - 4);
+        for (size_t i = 0; i < nx; ++i) x[i] = bf ? amp_f32_to_bf16(xf[i]) : amp_f32_to_f16(xf[i]);
+        for (size_t i = 0; i < ny; ++i) dy[i] = bf ? amp_f32_to_bf16(dyf[i]) : amp_f32_to_f16(dyf[i]);
+        uint16_t *dxh = dev<uint16_t>(nx), *ddy = dev<uint16_t>(ny), *dcol = dev<uint16_t>(ncol),
+                 *ddyc = dev<uint16_t>(ny);
+        float *dh = dev<float>(hist.size());
+        CUDA(cudaMemcpy(dxh, x.data(), nx * 2, cudaMemcpyHostToDevice));
+        CUDA(cudaMemcpy(ddy, dy.data(), ny * 2, cudaMemcpyHostToDevice));
+        CUDA(cudaMemcpy(dh, hist.data(), hist.size() * 4, cudaMemcpyHostToDevice));
+        LAUNCH(amp_cuda_im2col_half(dxh, d, dcol, 0, ERR));
+        LAUNCH(amp_cuda_to_cnhw_half(ddy, d.nb, n, ohw, ddyc, 0, ERR));
+        CUDA(cudaMemcpy(col.data(), dcol, ncol * 2, cudaMemcpyDeviceToHost));
+        CUDA(cudaMemcpy(dyc.data(), ddyc, ny * 2, cudaMemcpyDeviceToHost));
+        size_t bad = 0;
+        for (size_t i = 0; i < ncol; ++i) {
+            const long long src = amp_im2col_src(d, i);
+            bad += col[i] != (src < 0 ? 0 : x[(size_t)src]);
+        }
+        CHECK(bad == 0, "im2col of half values, %s, %zu elements: %zu differ from wgrad_index.h",
+              bf ? "bfloat16" : "float16", ncol, bad);
+        bad = 0;
+        for (size_t i = 0; i < ny; ++i) bad += dyc[i] != dy[amp_cnhw_src(d.nb, n, ohw, i)];
+        CHECK(bad == 0, "gradient by channel, %s, %zu elements: %zu differ", bf ? "bfloat16" : "float16",
+              ny, bad);
+        LAUNCH(amp_gpu_gemm_half(dt, 0, 1, n, cols, k, ddyc, k, dcol, k, 1, dh, cols, ERR));
+        CUDA(cudaMemcpy(got.data(), dh, got.size() * 4, cudaMemcpyDeviceToHost));
+        bad = 0;
+        double largest = 0;
+        for (int f = 0; f < n; ++f)
+            for (int r = 0; r < cols; ++r) {
+                double sum = hist[(size_t)f * cols + r];
+                for (int q = 0; q < k; ++q) {
+                    const long long src = amp_im2col_src(d, (size_t)r * k + q);
+                    if (src >= 0) sum += (double)dyf[(size_t)(q / ohw * n + f) * ohw + q % ohw] * xf[src];
+                }
+                largest = fabs(sum) > largest ? fabs(sum) : largest;
+                bad += got[(size_t)f * cols + r] != (float)sum;
+            }
+        CHECK(bad == 0 && largest > 65504,
+              "weight gradient GEMM into the float32 history, %s, K %d: %zu of %zu differ from the "
+              "exact sum; largest %.0f (beyond float16's 65504: never rounded to half)",
+              bf ? "bfloat16" : "float16", k, bad, got.size(), largest);
+        cudaFree(dxh), cudaFree(ddy), cudaFree(dcol), cudaFree(ddyc), cudaFree(dh);
+    }
+}
+
 int main(void)
 {
     int ndev = 0;
@@ -392,6 +462,7 @@ int main(void)
     unscale_check();
     scale_trace();
     clip();
+    weight_gradient();
     printf("%s: %d failed checks\n", failures ? "FAIL" : "PASS", failures);
     return failures != 0;
 }

@@ -6,10 +6,17 @@
  *   integers, every sum exact in float32);
  * - the choice among cuDNN's ranked algorithms (first supported one within
  *   the workspace limit, -1 when none);
- * - convolution dimensions: darknet's output size, groups, refusals.
+ * - convolution dimensions: darknet's output size, groups, refusals;
+ * - a half convolution's weight gradient as the GPU computes it (half_conv.c):
+ *   the operands laid out by wgrad_index.h's index math (the kernels' own),
+ *   the batch cut into chunks (amp_wgrad_chunk), one mapped GEMM per chunk
+ *   and group accumulated with beta 1, against a direct sum over images,
+ *   positions and window (exact: small integers);
+ * - the chunk sizes: within the byte limit, K within an int, at least 1.
  */
 #include "check.h"
 #include "gpu_plan.h"
+#include "wgrad_index.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -70,8 +77,87 @@ static int gemm_case(const char *what, int ta, int tb, int m, int n, int k, int 
     return diff;
 }
 
+/* A convolution's weight gradient both ways (see the header); returns the
+ * number of differing elements. */
+static int wgrad_case(int batch, int c, int h, int w, int n, int size, int stride, int pad,
+                      int groups, int chunk)
+{
+    const int oh = (h + 2 * pad - size) / stride + 1, ow = (w + 2 * pad - size) / stride + 1;
+    const int cg = c / groups, ng = n / groups, cols = cg * size * size;
+    const size_t ohw = (size_t)oh * ow, nx = (size_t)batch * c * h * w, ny = batch * n * ohw;
+    const size_t nw = (size_t)n * cols;
+    float *x = malloc(sizeof(float) * nx), *dy = malloc(sizeof(float) * ny);
+    float *ref = calloc(nw, sizeof(float)), *got = calloc(nw, sizeof(float));
+    float *col = malloc(sizeof(float) * (size_t)c * size * size * chunk * ohw);
+    float *dyc = malloc(sizeof(float) * (size_t)n * chunk * ohw);
+    float *part = malloc(sizeof(float) * nw);
+    fill(x, nx, 3);
+    fill(dy, ny, 4);
+    for (int b = 0; b < batch; ++b)
+        for (int f = 0; f < n; ++f)
+            for (int ci = 0; ci < cg; ++ci)
+                for (int ky = 0; ky < size; ++ky)
+                    for (int kx = 0; kx < size; ++kx)
+                        for (int oy = 0; oy < oh; ++oy)
+                            for (int ox = 0; ox < ow; ++ox) {
+                                const int iy = oy * stride - pad + ky, ix = ox * stride - pad + kx;
+                                if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+                                const int cin = f / ng * cg + ci;
+                                ref[((size_t)f * cg + ci) * size * size + ky * size + kx] +=
+                                    dy[((size_t)b * n + f) * ohw + oy * ow + ox] *
+                                    x[(((size_t)b * c + cin) * h + iy) * w + ix];
+                            }
+    for (int b0 = 0; b0 < batch; b0 += chunk) {
+        const int nb = batch - b0 < chunk ? batch - b0 : chunk, k = nb * (int)ohw;
+        const amp_im2col_dims d = {nb, c, h, w, size, stride, pad, oh, ow};
+        for (size_t i = 0; i < amp_im2col_elems(d); ++i) {
+            const long long src = amp_im2col_src(d, i);
+            col[i] = src < 0 ? 0 : x[(size_t)b0 * c * h * w + (size_t)src];
+        }
+        for (size_t i = 0; i < (size_t)n * k; ++i)
+            dyc[i] = dy[(size_t)b0 * n * ohw + amp_cnhw_src(nb, n, ohw, i)];
+        for (int j = 0; j < groups; ++j) {
+            /* half_conv.c's call: gemm(0, 1, ng, cols, k, dyc_j, k, col_j, k, 1, dW_j, cols) */
+            amp_gemm_call g = amp_gemm_colmajor(0, 1, ng, cols, k, k, k, cols);
+            gemm_colmajor(g.trans_first, g.trans_second, g.m, g.n, g.k,
+                          col + (size_t)j * cols * k, g.ld_first, dyc + (size_t)j * ng * k,
+                          g.ld_second, part, g.ldc);
+            for (size_t e = 0; e < (size_t)ng * cols; ++e) got[(size_t)j * ng * cols + e] += part[e];
+        }
+    }
+    int diff = 0;
+    for (size_t i = 0; i < nw; ++i) diff += ref[i] != got[i];
+    CHECK(diff == 0,
+          "weight gradient of a %dx%d conv, %d->%d channels, stride %d, pad %d, %d groups, batch "
+          "%d in chunks of %d: %d of %zu elements differ from the direct sum",
+          size, size, c, n, stride, pad, groups, batch, chunk, diff, nw);
+    free(x), free(dy), free(ref), free(got), free(col), free(dyc), free(part);
+    return diff;
+}
+
 int main(void)
 {
+    /* The weight gradient's layout: 3x3 pad 1, strided, grouped, 1x1, chunks
+     * that divide the batch and one that does not. */
+    wgrad_case(3, 4, 6, 5, 6, 3, 1, 1, 1, 3);
+    wgrad_case(3, 4, 7, 6, 6, 3, 2, 1, 1, 2);
+    wgrad_case(4, 6, 5, 5, 4, 3, 1, 1, 2, 3);
+    wgrad_case(5, 8, 4, 4, 8, 3, 1, 1, 8, 2); /* depthwise */
+    wgrad_case(3, 5, 4, 6, 7, 1, 1, 0, 1, 1);
+    wgrad_case(2, 3, 6, 6, 4, 2, 2, 0, 1, 2); /* darknet's 2x2 stride 2, rounded down */
+
+    /* Chunk sizes. */
+    CHECK(amp_wgrad_chunk(64, 1000, 100, 1 << 20) == 64, "all 64 images fit 1 MiB: %d",
+          amp_wgrad_chunk(64, 1000, 100, 1 << 20));
+    CHECK(amp_wgrad_chunk(64, 100000, 100, 1 << 20) == 10, "1 MiB holds 10 images of 100 kB: %d",
+          amp_wgrad_chunk(64, 100000, 100, 1 << 20));
+    CHECK(amp_wgrad_chunk(64, (size_t)1 << 30, 100, 1 << 20) == 1,
+          "an image larger than the limit still gets a chunk of 1: %d",
+          amp_wgrad_chunk(64, (size_t)1 << 30, 100, 1 << 20));
+    CHECK(amp_wgrad_chunk(64, 1, (size_t)1 << 26, (size_t)1 << 40) == 31,
+          "K = images x 2^26 positions within an int: %d images (expected 31)",
+          amp_wgrad_chunk(64, 1, (size_t)1 << 26, (size_t)1 << 40));
+
     /* A connected layer, batch 3, 5 inputs, 4 outputs (half_gemm.c's calls). */
     const int batch = 3, in = 5, out = 4;
     gemm_case("forward", 0, 1, batch, out, in, in, in, out);

@@ -2,6 +2,8 @@
 # AMP training on a GPU (docs/gpu.md), run by ctest only where a device exists.
 #   gpu_train.sh parity DRIVER COMPARE FP32_CFG AMP32_CFG FP16_CFG BF16_CFG LIST OUT ITERS
 #   gpu_train.sh syncs  DRIVER SHIM FP32_CFG AMP16_CFG LIST OUT
+#   gpu_train.sh scale  DRIVER CFG LIST OUT ITERS MIN_SCALE
+#   gpu_train.sh profile DRIVER AMP32_CFG AMP16_CFG LIST OUT
 # parity: ITERS (100) iterations of the embedded detector on GPU 0, seed 7.
 # - amp_dtype=float32 against FP32 bit for bit when darknet's own GPU run is
 #   repeatable (two FP32 runs equal), else like the half dtypes below;
@@ -12,6 +14,12 @@
 #   message naming the GPU instead.
 # syncs: blocking CUDA calls per training step (LD_PRELOAD counting shim),
 # from runs of 3 and 8 iterations: AMP must add none to darknet's own.
+# scale: ITERS iterations of CFG (yolov3 at 416 px, batch 64, float16, from
+# darknet's random initialisation) on GPU 0: the loss scale after them must
+# be at least MIN_SCALE, every loss finite. darknet's loss is a sum over the
+# batch, so its weight gradients grow with the batch: written in half they
+# overflow float16 at small scales (the scale fell from 65536 to 2 in 15
+# steps when cuDNN's backward-filter wrote them in half).
 set -eu
 mode=$1
 shift
@@ -102,5 +110,66 @@ if [ "$mode" = syncs ]; then
     if [ "$f8" -le "$f3" ]; then echo "FAIL: the counts did not grow with the steps (shim not active?)"; exit 1; fi
     echo PASS; exit 0
 fi
-echo "usage: gpu_train.sh parity|syncs ..." >&2
+if [ "$mode" = scale ]; then
+    driver=$1 cfg=$2 list=$3 out=$4 iters=$5 min=$6
+    rm -rf "$out" && mkdir -p "$out"
+    "$driver" --cfg "$cfg" --list "$list" --iters "$iters" --seed 7 --save "$out/w.weights" \
+        > "$out/train.log" 2> "$out/train.err" ||
+        { echo "FAIL: training exited with an error:"; tail -n 20 "$out/train.err"; exit 1; }
+    grep "^iter" "$out/train.log" | awk 'NR == 1 || NR % 5 == 0'
+    last=$(grep "^iter" "$out/train.log" | tail -n 1)
+    n=$(grep -c "^iter" "$out/train.log")
+    scale=$(echo "$last" | sed -n 's/.*, scale \([0-9.e+-]*\),.*/\1/p')
+    bad=$(awk '$1 == "iter" && !($4 == $4 && $4 < 1e30 && $4 > -1e30) { n++ } END { print n + 0 }' "$out/train.log")
+    grep -E "^amp: (training done|layer .*float32)" "$out/train.err" || true
+    [ "$n" -eq "$iters" ] || { echo "FAIL: $n of $iters iterations ran"; exit 1; }
+    [ -n "$scale" ] || { echo "FAIL: no loss scale in the last iteration line: $last"; exit 1; }
+    msg="loss scale after $iters steps: $scale (at least $min); $bad non-finite losses"
+    if awk -v s="$scale" -v m="$min" -v b="$bad" 'BEGIN { exit !(s + 0 >= m + 0 && b == 0) }'; then
+        echo "ok: $msg"; echo PASS; exit 0
+    fi
+    echo "FAIL: $msg"; exit 1
+fi
+# profile: DARKNET_AMP_PROFILE=1 on GPU 0, 6 iterations of each cfg: a table
+# row per layer, every layer's forward timed above 0 ms, each float16
+# convolution's conversions and kernels above 0 and within its forward plus
+# backward, its label naming cuDNN's algorithms; amp_dtype=float32's layers
+# without conversions; the total line the sum of the rows.
+if [ "$mode" = profile ]; then
+    driver=$1 amp32=$2 amp16=$3 list=$4 out=$5
+    rm -rf "$out" && mkdir -p "$out"
+    fail=0
+    for name in amp32 amp16; do
+        cfg=$amp32; [ $name = amp16 ] && cfg=$amp16
+        DARKNET_AMP_PROFILE=1 "$driver" --cfg "$cfg" --list "$list" --iters 6 --seed 7 \
+            --save "$out/$name.weights" > "$out/$name.log" 2> "$out/$name.err" ||
+            { echo "FAIL: $name exited with an error:"; tail -n 20 "$out/$name.err"; exit 1; }
+        grep "^amp: profile: gpu" "$out/$name.err" | head -n 4
+        r=$(awk -v half=$([ $name = amp16 ] && echo 1 || echo 0) '
+            $3 == "gpu" && $4 == "layer" {
+                rows++; f = $8; b = $10; u = $12; c = $14; k = $16
+                sf += f; sb += b; su += u; sc += c; sk += k
+                if (!(f > 0)) bad = bad "layer " $5 " forward " f " ms; "
+                if ($6 == "conv" && half) {
+                    if (!(c > 0 && k > 0 && c + k <= f + b)) bad = bad "layer " $5 " convert " c " kernel " k " of " f + b " ms; "
+                    if ($0 !~ /cuDNN forward [A-Z_]+.*backward-data [A-Z_0-9]+.*weight gradient cuBLAS float32/) bad = bad "layer " $5 " label: " $0 "; "
+                }
+                if (!half && c != 0) bad = bad "layer " $5 " (float32) convert " c " ms; "
+            }
+            $3 == "gpu" && $4 == "total" { tf = $6; tb = $8; tc = $12 }
+            END {
+                if (!rows) { print "no per-layer rows"; exit }
+                d = sf - tf; if (d < 0) d = -d
+                if (d > 0.01 + 1e-3 * tf) bad = bad "rows sum to forward " sf " ms, total says " tf "; "
+                printf "%d rows; forward %.3f, backward %.3f, convert %.3f ms/step; %s", rows, tf, tb, tc, bad == "" ? "ok" : bad
+            }' "$out/$name.err")
+        case $r in
+        *"; ok") echo "ok: $name: $r" ;;
+        *) echo "FAIL: $name: $r"; fail=1 ;;
+        esac
+    done
+    [ $fail = 0 ] && echo PASS || echo FAIL
+    exit $fail
+fi
+echo "usage: gpu_train.sh parity|syncs|scale|profile ..." >&2
 exit 2

@@ -76,14 +76,14 @@ struct amp_dnnl_ctx;
 struct amp_dnnl_conv;
 
 /* The rounding points of the half paths on float32 kernels (onednn_pass.c): the
- * input, the weights, the output, the incoming gradient, the weight and the
- * data gradient. */
+ * input, the weights, the output, the incoming gradient and the data
+ * gradient. The weight gradient has none: it is summed and added to
+ * weight_updates in float32. */
 typedef enum amp_round_point {
     AMP_ROUND_X,
     AMP_ROUND_W,
     AMP_ROUND_Y,
     AMP_ROUND_DY,
-    AMP_ROUND_DW,
     AMP_ROUND_DX,
     AMP_ROUND_POINTS
 } amp_round_point;

@@ -4,9 +4,13 @@
  * the half type, products and sums in float32 (a float16 or bfloat16 product
  * is exact in float32), and half storage of what the GPU would store in half:
  * the GEMM's output before batch-norm/bias/activation, the gradient entering
- * the layer's GEMMs, and the weight and data gradients they produce (then
- * added, in float32, into darknet's weight_updates and net.delta; never
- * overwriting what route/shortcut layers accumulated there). Batch-norm,
+ * the layer's GEMMs, and the data gradient they produce (then added, in
+ * float32, into net.delta; never overwriting what route/shortcut layers
+ * accumulated there). The weight gradient never passes through half: summed
+ * in float32 and added, in float32, into darknet's weight_updates (which hold
+ * the momentum history), as a GPU's GEMM with a float32 output adds it.
+ * darknet's loss is a sum over the batch, so weight gradients grow with the
+ * batch and would overflow float16's 65504 at small loss scales. Batch-norm,
  * bias, activation and their gradients stay float32 (the autocast policy).
  *
  * So underflow and overflow happen where they would on a GPU, and dynamic
@@ -113,7 +117,7 @@ static void count_flushed(amp_net *an, const float *before, const float *after, 
     cpu_net_of(an)->grad_flushed += flushed;
 }
 
-/* Rounds a float32 gradient to half and adds it into dst. */
+/* Rounds a float32 data gradient to half and adds it into dst. */
 static void add_half(amp_dtype dtype, float *g, size_t n, float *dst)
 {
     round_half(dtype, g, n);
@@ -122,7 +126,9 @@ static void add_half(amp_dtype dtype, float *g, size_t n, float *dst)
 
 /* What a half layer's backward GEMMs use: the incoming gradient rounded to
  * half (its flushes counted), the half weights, the half input, and a zeroed
- * float32 buffer for the weight gradient (nw elements). */
+ * float32 buffer for the weight gradient (nw elements): the layer's whole
+ * gradient summed there, then added to the history once, as a GPU's GEMM
+ * (beta 1) adds its result. */
 typedef struct half_operands {
     float *dy, *dw;
     const float *w, *x;
@@ -208,7 +214,7 @@ void amp_emulated_conv_backward(layer l, network net)
             }
         }
     }
-    add_half(dtype, dw, l.nweights, l.weight_updates);
+    axpy_cpu(l.nweights, 1, dw, 1, l.weight_updates, 1);
     if (al->owner->env.profile)
         profile_add(al, 1, t0, amp_clock() - t1,
                     (double)l.batch * l.groups * m * n * k * (net.delta ? 2 : 1));
@@ -240,8 +246,9 @@ void amp_emulated_deconv_forward(layer l, network net)
 
 /* Its gradients: the incoming gradient rounded to half and laid out as
  * columns (im2col of half values is exact), then the weight gradient summed
- * over the batch and the data gradient per image in float32, each stored in
- * half and added (darknet's weight_updates, net.delta). */
+ * over the batch in float32 and added unrounded (darknet's weight_updates),
+ * and the data gradient per image in float32, stored in half and added
+ * (net.delta). */
 void amp_emulated_deconv_backward(layer l, network net)
 {
     amp_layer *al = l.hook_data;
@@ -267,7 +274,7 @@ void amp_emulated_deconv_backward(layer l, network net)
         gemm(0, 0, c, hw, kk, 1, (float *)w, kk, col, hw, 0, dx, hw);
         add_half(dtype, dx, chw, net.delta + (size_t)i * chw);
     }
-    add_half(dtype, dw, l.nweights, l.weight_updates);
+    axpy_cpu(l.nweights, 1, dw, 1, l.weight_updates, 1);
     if (al->owner->env.profile)
         profile_add(al, 1, t0, amp_clock() - t1, (double)l.batch * c * hw * kk * (dx ? 2 : 1));
 }
@@ -305,7 +312,7 @@ void amp_emulated_connected_backward(layer l, network net)
     const float *w = o.w, *x = o.x;
     gemm(1, 0, l.outputs, l.inputs, l.batch, 1, dy, l.outputs, (float *)x, l.inputs, 1, dw,
          l.inputs);
-    add_half(dtype, dw, nw, l.weight_updates);
+    axpy_cpu((int)nw, 1, dw, 1, l.weight_updates, 1);
     if (net.delta) {
         size_t nin = (size_t)l.inputs * l.batch;
         float *dx = zeroed(&shared(al)->gx, nin);
@@ -374,7 +381,7 @@ static void local_backward(layer l, network net)
         col2im_cpu(net.workspace, l.c, l.h, l.w, l.size, l.stride, l.pad, dx);
         add_half(dtype, dx, chw, net.delta + (size_t)i * chw);
     }
-    add_half(dtype, dw, nw, l.weight_updates);
+    axpy_cpu((int)nw, 1, dw, 1, l.weight_updates, 1);
 }
 
 amp_status amp_emulation_install(amp_layer *al, layer *l, char *why, size_t whylen)

@@ -72,7 +72,7 @@ typedef struct amp_dnnl_mm {
     dmem w_t, w_nk;      /* the weights (OIHW, darknet's order) as K x N (transposed) and N x K */
     dmem y4;             /* the P x N output as NHWC */
     dmem dy_t, dy_pn;    /* the NHWC incoming gradient as N x P (transposed) and P x N */
-    dmem dw4;            /* the N x K weight gradient as OIHW */
+    dmem dw4;            /* the N x K weight gradient as OIHW, float32 */
     dnnl_primitive_t r_dxh;
 } amp_dnnl_mm;
 

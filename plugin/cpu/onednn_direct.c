@@ -193,8 +193,9 @@ amp_status amp_dnnl_conv_build(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l
     amp_dnnl_md_any(&ax, 4, xd, dt);
     amp_dnnl_md_any(&ay, 4, yd, dt);
     amp_dnnl_md_any(&aw, wnd, g > 1 ? wgd : wd, dt);
-    /* the weight gradient in the half dtype, as a GPU */
-    amp_dnnl_md_any(&adw, wnd, g > 1 ? wgd : wd, dt);
+    /* the weight gradient in float32 (never through half, as on a GPU): the
+     * reorder adds it to weight_updates, the momentum history, in float32 */
+    amp_dnnl_md_any(&adw, wnd, g > 1 ? wgd : wd, f32);
     dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
     amp_status st = conv_primitives(d, e, l, &ax, &aw, &ay, &adw, &fpd, &dpd, &wpd, why, whylen);
     return build_end(d, e, l, st, &ux, &uy, &uw, fpd, dpd, wpd, why, whylen);
@@ -257,7 +258,7 @@ amp_status amp_dnnl_gemm_layer_build(amp_dnnl_conv *d, dnnl_engine_t e, const la
     amp_dnnl_md_any(&ax, nd, xd, dt);
     amp_dnnl_md_any(&ay, ynd, yd, dt);
     amp_dnnl_md_any(&aw, nd, wd, dt);
-    amp_dnnl_md_any(&adw, nd, wd, dt); /* the weight gradient in the half dtype, as a GPU */
+    amp_dnnl_md_any(&adw, nd, wd, f32); /* the weight gradient in float32, as a convolution's */
 
     const char *what = ip ? "inner product" : "deconvolution";
     const char *type = dt == dnnl_bf16 ? "bfloat16" : "float32";

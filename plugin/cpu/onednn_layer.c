@@ -6,11 +6,12 @@
  * from the gain of the library).
  *
  * Numerics are those of the emulation (emulated.c) and of a GPU: inputs,
- * weights, the convolution's output, the incoming gradient and the weight
- * and data gradients are stored in bfloat16 (round to nearest even, by
- * oneDNN's conversions); products are summed in float32, in oneDNN's order.
- * The weight gradient is added into darknet's weight_updates and the data
- * gradient into net.delta by a reorder with a sum post-op, in float32: what
+ * weights, the convolution's output, the incoming gradient and the data
+ * gradient are stored in bfloat16 (round to nearest even, by oneDNN's
+ * conversions); products are summed in float32, in oneDNN's order. The
+ * weight gradient is oneDNN's float32 output (bfloat16 operands), never
+ * rounded. It is added into darknet's weight_updates and the data gradient
+ * into net.delta by a reorder with a sum post-op, in float32: what
  * route/shortcut layers accumulated there is kept.
  *
  * Layout: darknet's tensors are NCHW float32. Each primitive is created with

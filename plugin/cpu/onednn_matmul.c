@@ -14,8 +14,9 @@
  * layout: they are converted, and their gradient added, without a
  * transposition (one costs 3-7 ms a step on yolov3-tiny's 4.7 M weights,
  * against the 1.4 ms of one of the layer's matmuls). The rounding points are
- * the direct form's: the input, weights, output, incoming gradient and weight
- * gradient are stored in the half dtype; the data gradient is summed in
+ * the direct form's: the input, weights, output and incoming gradient are
+ * stored in the half dtype; the weight gradient is a half x half -> float32
+ * matmul, added to weight_updates unrounded; the data gradient is summed in
  * float32 (dcol, then col2im) and rounded once, as a convolution's
  * backward-data rounds its float32 sums once.
  */
@@ -76,7 +77,8 @@ static amp_status mm_parts(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, ch
         AMP_FORWARD_IF_ERROR(amp_dnnl_mem_user(d, &d->y, &ypn, e, why, whylen));
     else
         AMP_FORWARD_IF_ERROR(amp_dnnl_mem_own(&d->y, &ypn, d, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->dw, 2, nk, dt, dnnl_ab, d, e, why, whylen));
+    /* the weight gradient in float32, as the direct form's (N x K is OIHW) */
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&d->dw, 2, nk, f32, dnnl_ab, d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&m->dcol, 2, pk, f32, dnnl_ab, d, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_tag(&m->dxa, 4, xd, f32, dnnl_nhwc, d, e, why, whylen));
     if (dt != f32)
@@ -86,7 +88,7 @@ static amp_status mm_parts(amp_dnnl_conv *d, dnnl_engine_t e, const layer *l, ch
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_matrix_on(d, &m->dy_t, N, P, 1, &d->dy_bw, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_matrix_on(d, &m->dy_pn, P, N, 0, &d->dy_bw, e, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view_on(d, &m->y4, &d->dy_bw.md, &d->y, e, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view_on(d, &m->dw4, &d->w_fwd.md, &d->dw, e, why, whylen));
+    AMP_FORWARD_IF_ERROR(amp_dnnl_mem_view_on(d, &m->dw4, &uw, &d->dw, e, why, whylen));
     AMP_FORWARD_IF_ERROR(matmul(&d->fwd, d->impl[0], &m->col, &m->w_t, &d->y, e, why, whylen));
     AMP_FORWARD_IF_ERROR(
         matmul(&d->bwd_data, d->impl[1], &m->dy_pn, &m->w_nk, &m->dcol, e, why, whylen));

@@ -152,7 +152,7 @@ amp_status amp_dnnl_gradients(amp_layer *al, amp_dnnl_conv *d, layer l, network 
         w[2] = (dnnl_exec_arg_t){DNNL_ARG_DST, d->dw.m};
     }
     AMP_FORWARD_IF_ERROR(amp_dnnl_run(al, d->bwd_weights, 3, w));
-    amp_dnnl_round_half(al, d, AMP_ROUND_DW, &d->dw, 0);
+    /* (the weight gradient stays float32: added to the history unrounded) */
     AMP_FORWARD_IF_ERROR(
         amp_dnnl_run_reorder(al, d->r_dw, d->matmul ? &d->mm.dw4 : &d->dw, &d->dw_user));
     if (!net.delta) return AMP_OK;

@@ -6,16 +6,20 @@
  * each layer of both networks gets the same input (the emulation's) in the
  * forward and the same incoming gradient (the emulation's) in the backward,
  * so that no difference is carried from one layer to the next:
- * - rounding points that store a tensor: every layer's output (y), weight
- *   gradient (dW, added into zeroed weight_updates) and data gradient (dx,
- *   added into the zeroed delta of the layer before) must be float16 values;
+ * - rounding points that store a tensor: every layer's output (y) and data
+ *   gradient (dx, added into the zeroed delta of the layer before) must be
+ *   float16 values;
  * - rounding points of operands (x, W, dy): each pairs with the emulation,
  *   which sums the same exact products in another order, so a tensor may
  *   differ from it only where a float32 sum lands on the other side of a
  *   float16 rounding boundary: at most 1 float16 ulp per element, in at most
  *   MAX_DIFFER of the elements. An operand left unrounded shifts every sum by
  *   up to 2^-12 of its terms and changes far more (measured in the note of
- *   the commit that added this test; see docs/design.md).
+ *   the commit that added this test; see docs/design.md);
+ * - the weight gradient (dW, added into zeroed weight_updates) is no rounding
+ *   point: float32 in both, not float16 values, and oneDNN's within float32
+ *   summation noise of the emulation's (weight_gradient.h); the same check on
+ *   oneDNN's rounded to float16 (planted) must fail.
  *
  *   onednn_f16_conv_test CFG        skipped (77) without oneDNN
  */
@@ -25,6 +29,7 @@
 #include "math/half_format.h"
 #include "nets.h"
 #include "onednn_fallbacks.h"
+#include "weight_gradient.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -70,6 +75,35 @@ static void tensor(const char *what, int i, const float *emu, const float *dnn, 
           i, what, d, n, 100.0 * d / n, over ? ": NO, by more" : "", 100 * MAX_DIFFER);
 }
 
+/* The weight gradient: float32 sums in both, oneDNN's within float32
+ * summation noise of the emulation's; and rounded to float16 (planted), not. */
+static void weight_gradient(int i, const float *emu, const float *dnn, size_t n)
+{
+    size_t nz_emu = 0, nz_dnn = 0;
+    const size_t h_emu = wg_half_values(AMP_DTYPE_FLOAT16, emu, n, &nz_emu);
+    const size_t h_dnn = wg_half_values(AMP_DTYPE_FLOAT16, dnn, n, &nz_dnn);
+    CHECK(nz_emu > 0 && h_emu <= WG_MAX_HALF_VALUES * nz_emu &&
+              h_dnn <= WG_MAX_HALF_VALUES * nz_dnn,
+          "layer %d weight gradient (dW): float32 sums, not rounded: %zu of %zu nonzero elements "
+          "float16 values here, %zu of %zu in the emulation (bound %.0f%%)",
+          i, h_dnn, nz_dnn, h_emu, nz_emu, 100 * WG_MAX_HALF_VALUES);
+    const double l2 = wg_rel_l2(emu, dnn, n);
+    CHECK(l2 <= WG_MAX_REL_L2,
+          "layer %d weight gradient (dW): |diff|/|emulation's| %.2e (bound %.1e: float32 "
+          "summation noise)", i, l2, WG_MAX_REL_L2);
+    float *r = malloc(n * sizeof *r);
+    if (!r) return;
+    memcpy(r, dnn, n * sizeof *r);
+    wg_round(AMP_DTYPE_FLOAT16, r, n);
+    size_t nz = 0;
+    const size_t h = wg_half_values(AMP_DTYPE_FLOAT16, r, n, &nz);
+    const double rl2 = wg_rel_l2(emu, r, n);
+    CHECK(h > WG_MAX_HALF_VALUES * nz && rl2 > WG_MAX_REL_L2,
+          "layer %d weight gradient rounded to float16 (planted) caught: %zu of %zu float16 "
+          "values, |diff|/|emulation's| %.2e", i, h, nz, rl2);
+    free(r);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -110,8 +144,7 @@ int main(int argc, char **argv)
         float *x = i ? emu->layers[i - 1].output : emu->input;
         test_backward_layer(emu, i, x);
         test_backward_layer(dnn, i, x);
-        tensor("weight gradient (dW)", i, a->weight_updates, b->weight_updates,
-               (size_t)a->nweights);
+        weight_gradient(i, a->weight_updates, b->weight_updates, (size_t)a->nweights);
         if (i > 0)
             tensor("data gradient (dx, the delta before it)", i, emu->layers[i - 1].delta,
                    dnn->layers[i - 1].delta, (size_t)a->inputs * a->batch);

@@ -11,9 +11,9 @@
  * networks gets the same input (the emulation's) in the forward and the same
  * incoming gradient (the emulation's) in the backward, so that no difference
  * is carried from one layer to the next:
- * - rounding points that store a tensor: every layer's output (y), weight
- *   gradient (dW, added into zeroed weight_updates) and data gradient (dx,
- *   added into the zeroed delta of the layer before) must be half values;
+ * - rounding points that store a tensor: every layer's output (y) and data
+ *   gradient (dx, added into the zeroed delta of the layer before) must be
+ *   half values;
  * - rounding points of operands (x, W, dy): each pairs with the emulation,
  *   which sums the same exact products in another order, so a tensor may
  *   differ from it only where a float32 sum lands on the other side of a
@@ -21,7 +21,12 @@
  *   summation noise where a sum cancels: differ()), in at most MAX_DIFFER of
  *   the elements. An operand left unrounded shifts every sum by
  *   up to half an ulp of its terms and changes far more (measured by planting
- *   each drop: docs/testing.md).
+ *   each drop: docs/testing.md);
+ * - the weight gradient (dW, added into zeroed weight_updates) is no rounding
+ *   point: float32 in both, so neither may be half values, and oneDNN's
+ *   within float32 summation noise of the emulation's (weight_gradient.h).
+ *   --drop-each also plants a weight gradient rounded to half, which must be
+ *   caught.
  * A recurrent layer's sub-layers are called as darknet calls them (patch
  * 0008): once per time step, each step with its own input and its arrays
  * offset to that step, forward over the steps, then backward from the last
@@ -40,6 +45,7 @@
 #include "math/half_format.h"
 #include "nets.h"
 #include "onednn_fallbacks.h"
+#include "weight_gradient.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -128,6 +134,37 @@ static void tensor(const char *what, const float *emu, const float *dnn, size_t 
           over ? "NOT within float32 summation noise" : "within float32 summation noise");
 }
 
+/* --drop-each: the oneDNN path's weight gradient rounded to half before it is
+ * checked (planted, as a path that rounded it would leave it). */
+static int round_dw;
+
+/* A weight gradient: float32 in both (not half values), oneDNN's within
+ * float32 summation noise of the emulation's (weight_gradient.h). */
+static void weight_gradient(const char *what, const float *emu, float *dnn, size_t n)
+{
+    if (round_dw) wg_round(dtype, dnn, n);
+    size_t nz_emu = 0, nz_dnn = 0;
+    const size_t h_emu = wg_half_values(dtype, emu, n, &nz_emu);
+    const size_t h_dnn = wg_half_values(dtype, dnn, n, &nz_dnn);
+    const double l2 = wg_rel_l2(emu, dnn, n);
+    const int halves = h_emu > WG_MAX_HALF_VALUES * nz_emu || h_dnn > WG_MAX_HALF_VALUES * nz_dnn;
+    const char *type = amp_dtype_name(dtype);
+    if (quiet) {
+        if ((halves || !(l2 <= WG_MAX_REL_L2)) && !caught++)
+            snprintf(first_caught, sizeof first_caught,
+                     "%s: %zu of %zu nonzero elements %s values, |diff|/|emulation's| %.2e",
+                     what, h_dnn, nz_dnn, type, l2);
+        return;
+    }
+    CHECK(nz_emu > 0 && !halves,
+          "%s: float32 sums, not rounded: %zu of %zu nonzero elements %s values here, %zu of %zu "
+          "in the emulation (bound %.0f%%)",
+          what, h_dnn, nz_dnn, type, h_emu, nz_emu, 100 * WG_MAX_HALF_VALUES);
+    CHECK(l2 <= WG_MAX_REL_L2,
+          "%s: |diff|/|emulation's| %.2e (bound %.1e: float32 summation noise)", what, l2,
+          WG_MAX_REL_L2);
+}
+
 static void random_fill(float *x, size_t n, float scale)
 {
     for (size_t i = 0; i < n; ++i) x[i] = ((float)rand() / RAND_MAX * 2 - 1) * scale;
@@ -197,7 +234,7 @@ static void sublayers(network *emu, network *dnn, int i)
             lb.backward(lb, n);
             snprintf(what, sizeof what, "layer %d %s step %d weight gradient (dW)", i, names[k],
                      t);
-            tensor(what, a->weight_updates, b->weight_updates, nweights(a));
+            weight_gradient(what, a->weight_updates, b->weight_updates, nweights(a));
             snprintf(what, sizeof what, "layer %d %s step %d data gradient (dx)", i, names[k], t);
             tensor(what, dxa, dxb, nin);
         }
@@ -273,7 +310,7 @@ static int compare(const char *cfg, unsigned unrounded)
         test_backward_layer(emu, i, x);
         test_backward_layer(dnn, i, x);
         snprintf(what, sizeof what, "layer %d weight gradient (dW)", i);
-        tensor(what, a->weight_updates, b->weight_updates, nweights(a));
+        weight_gradient(what, a->weight_updates, b->weight_updates, nweights(a));
         snprintf(what, sizeof what, "layer %d data gradient (dx, the delta before it)", i);
         if (i > 0)
             tensor(what, emu->layers[i - 1].delta, dnn->layers[i - 1].delta,
@@ -323,18 +360,25 @@ int main(int argc, char **argv)
         return check_report();
     }
     /* Each rounding point left out in turn must put some tensor outside the
-     * bounds that the full path keeps: the test can fail. */
+     * bounds that the full path keeps: the test can fail. And a weight
+     * gradient rounded to half (which it must never be) must be caught too. */
     static const char *const names[AMP_ROUND_POINTS] = {
-        "input (x)", "weights (W)", "output (y)", "incoming gradient (dy)",
-        "weight gradient (dW)", "data gradient (dx)"};
-    for (int p = 0; p < AMP_ROUND_POINTS; ++p) {
+        "input (x)", "weights (W)", "output (y)", "incoming gradient (dy)", "data gradient (dx)"};
+    for (int p = 0; p <= AMP_ROUND_POINTS; ++p) {
         quiet = 1;
         caught = 0;
         first_caught[0] = 0;
-        if (compare(cfg, 1u << p) == 77) return 77;
+        round_dw = p == AMP_ROUND_POINTS;
+        if (compare(cfg, round_dw ? 0 : 1u << p) == 77) return 77;
         quiet = 0;
-        CHECK(caught > 0, "the %s rounding left out (planted): %d tensors outside the bounds%s%s",
-              names[p], caught, caught ? ", the first " : "", first_caught);
+        round_dw = 0;
+        if (p == AMP_ROUND_POINTS)
+            CHECK(caught > 0, "the weight gradient rounded to %s (planted): %d tensors outside the "
+                  "bounds%s%s", amp_dtype_name(dtype), caught, caught ? ", the first " : "",
+                  first_caught);
+        else
+            CHECK(caught > 0, "the %s rounding left out (planted): %d tensors outside the "
+                  "bounds%s%s", names[p], caught, caught ? ", the first " : "", first_caught);
     }
     return check_report();
 }

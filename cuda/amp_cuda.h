@@ -104,6 +104,10 @@ amp_status amp_cuda_set_aside(const amp_mt_table *t, amp_gpu_state *state, cudaS
                               char *err, size_t errlen);
 amp_status amp_cuda_restack(const amp_mt_table *t, const amp_gpu_state *state,
                             cudaStream_t stream, char *err, size_t errlen);
+/* x = y * factor for every span: the batch-norm statistics' mean put back
+ * from the packed buffer (y) their sum was made in. */
+amp_status amp_cuda_unpack_scaled(const amp_mt_table *t, float factor, cudaStream_t stream,
+                                  char *err, size_t errlen);
 amp_status amp_cuda_begin_batch(const amp_mt_table *t, amp_gpu_state *state, cudaStream_t stream,
                                 char *err, size_t errlen);
 /* delta *= batch_scale; an element not finite before it sets state->loss to

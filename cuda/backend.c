@@ -27,9 +27,12 @@
  * over the processes by NCCL on the device (ncclAllReduce on every
  * *_updates_gpu array, in place, on darknet's stream) and one kernel puts
  * the scaled history back under them, before the fused unscale and check:
- * no host copy of a gradient, the decision still on the device. The
- * core's checks and averages read and write darknet's host arrays (pull,
- * push). Built, not yet run on a GPU.
+ * no host copy of a gradient, the decision still on the device. After each
+ * step the batch-norm statistics are copied side by side into one buffer,
+ * summed by one ncclAllReduce and put back as their mean by one kernel
+ * (average_statistics): no blocking call. The core's consistency check
+ * (every DARKNET_AMP_DIST_CHECK steps) and the start-up broadcast read and
+ * write darknet's host arrays (pull, push). Built, not yet run on a GPU.
  */
 #include "half_gpu.h"
 #include "cuda_check.h"
@@ -54,6 +57,9 @@ typedef struct amp_gpu_net {
     amp_mt_table hist;      /* x: *_updates_gpu, y: its copy from the batch start */
     amp_mt_table params;    /* x: parameters and Adam moments, y: copy for a skipped step */
     amp_mt_table states;    /* x: forward states (an->states), y: copy from the batch start */
+    amp_mt_table stats;     /* data-parallel: x: batch-norm statistics, y: their place in packed */
+    float *packed;          /* the statistics side by side, for one NCCL sum a step */
+    size_t npacked;
     float *saved, *param_saved, *states_saved;
     float **grads;          /* per an->tensors entry: its device gradient */
     amp_gpu_half_ctx *half; /* scratch shared by the layers */
@@ -136,6 +142,22 @@ static void begin_batch(amp_net *an)
 }
 
 #ifdef AMP_HAVE_NCCL
+/* backend.h's average_statistics: pack, one sum, the mean put back; all on
+ * darknet's stream. */
+static int average_statistics(amp_net *an)
+{
+    amp_gpu_net *g = gpu_of(an);
+    char err[AMP_MSG_LEN];
+    if (!g->npacked) return 0;
+    if (amp_cuda_gated_copy(&g->stats, NULL, 1, stream_of(an), err, sizeof err) != AMP_OK ||
+        ncclAllReduce(g->packed, g->packed, g->npacked, ncclFloat, ncclSum, g->nccl,
+                      stream_of(an)) != ncclSuccess ||
+        amp_cuda_unpack_scaled(&g->stats, 1.0f / (float)an->comm->size, stream_of(an), err,
+                               sizeof err) != AMP_OK)
+        return -1;
+    return 0;
+}
+
 /* Every gradient summed over the processes, in place on the device, then
  * the scaled history back under it. */
 static int reduce(amp_net *an)
@@ -549,6 +571,22 @@ static amp_status build_state_table(amp_net *an, char *err, size_t errlen)
     }
     if (st == AMP_OK)
         st = amp_mt_table_create(&g->states, spans, (unsigned int)an->nstates, err, errlen);
+    /* data-parallel: the statistics side by side in one packed buffer */
+    for (int k = 0; an->comm && k < an->nstates; ++k)
+        if (amp_state_is_statistic(&an->states[k])) g->npacked += an->states[k].n;
+    if (st == AMP_OK && g->npacked)
+        st = AMP_CUDA_CHECK(cudaMalloc((void **)&g->packed, g->npacked * sizeof(float)), err,
+                            errlen);
+    if (st == AMP_OK && g->npacked) {
+        unsigned int ns = 0;
+        size_t at = 0;
+        for (int k = 0; k < an->nstates; ++k) /* spans[k] done with: ns <= k */
+            if (amp_state_is_statistic(&an->states[k])) {
+                spans[ns++] = (amp_span){spans[k].x, g->packed + at, an->states[k].n};
+                at += an->states[k].n;
+            }
+        st = amp_mt_table_create(&g->stats, spans, ns, err, errlen);
+    }
     free(spans);
     return st;
 }
@@ -659,6 +697,8 @@ static void net_free(amp_net *an)
     amp_mt_table_free(&g->hist);
     amp_mt_table_free(&g->params);
     amp_mt_table_free(&g->states);
+    amp_mt_table_free(&g->stats);
+    cudaFree(g->packed);
     cudaFree(g->saved);
     cudaFree(g->param_saved);
     cudaFree(g->states_saved);
@@ -695,6 +735,7 @@ const amp_backend_ops amp_cuda_backend = {
     .poke_delta = poke_delta,
 #ifdef AMP_HAVE_NCCL
     .reduce = reduce,
+    .average_statistics = average_statistics,
 #endif
     .pull = pull,
     .push = push,

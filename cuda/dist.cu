@@ -4,7 +4,9 @@
  * that puts the scaled history back under them: grad_math.h's
  * amp_dist_restack, which the CPU backend's reduce runs too (so the CPU
  * tests cover the arithmetic). Over the history table: x the *_updates_gpu
- * arrays, y their batch-start copies.
+ * arrays, y their batch-start copies. And the batch-norm statistics' mean
+ * put back from the packed buffer NCCL summed them in (over the statistics
+ * table: x the rolling arrays, y their places in the buffer).
  */
 #include "amp_cuda.h"
 #include "cuda_check.h"
@@ -56,5 +58,22 @@ extern "C" amp_status amp_cuda_restack(const amp_mt_table *t, const amp_gpu_stat
 {
     if (!t->nchunks) return AMP_OK;
     restack_kernel<<<t->nchunks, 256, 0, stream>>>(t->spans, t->chunks, state);
+    return AMP_CUDA_LAUNCHED(err, errlen);
+}
+
+static __global__ void unpack_kernel(const amp_span *spans, const amp_chunk *chunks, float factor)
+{
+    const amp_chunk c = chunks[blockIdx.x];
+    const amp_span s = spans[c.span];
+    size_t end = s.n - c.start < AMP_MT_CHUNK ? s.n : (size_t)c.start + AMP_MT_CHUNK;
+    for (size_t i = c.start + threadIdx.x; i < end; i += blockDim.x)
+        s.x[i] = __fmul_rn(s.y[i], factor);
+}
+
+extern "C" amp_status amp_cuda_unpack_scaled(const amp_mt_table *t, float factor,
+                                             cudaStream_t stream, char *err, size_t errlen)
+{
+    if (!t->nchunks) return AMP_OK;
+    unpack_kernel<<<t->nchunks, 256, 0, stream>>>(t->spans, t->chunks, factor);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }

@@ -143,6 +143,12 @@ struct amp_backend_ops {
      * where float32's is not finite either. 0, or -1 (the forward run, no
      * comparison) for a layer it cannot probe. */
     int (*probe_forward)(amp_layer *al, layer l, network net, double *rel);
+    /* Optional, data-parallel: every batch-norm statistic (amp_state_is_statistic)
+     * replaced by its mean over the processes where the backend keeps it,
+     * packed and summed in one exchange, with no blocking call; 0, or nonzero
+     * on failure. Without it the core reads them (pull), sums them packed in
+     * one call of the communicator and writes them back (push). */
+    int (*average_statistics)(amp_net *an);
     /* Optional, where the work runs asynchronously (a GPU): DARKNET_AMP_PROFILE's
      * intervals on the device's clock. prof_begin marks a start in the
      * device's stream and returns a handle (-1: not timed), prof_end its

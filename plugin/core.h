@@ -307,6 +307,7 @@ struct amp_net {
     unsigned long dist_checked;  /* the step_index of the last consistency check */
     long dist_check_every;       /* DARKNET_AMP_DIST_CHECK, parsed at attach (0: never) */
     double dist_reduce_s;        /* time spent summing gradients over the processes */
+    float *dist_pack;            /* the batch-norm statistics packed for one exchange (host) */
     int plan_on;                 /* amp_activations=half with a half dtype: the plan may store
                                     tensors in half */
     /* amp_fallback's gradient rule: the half layer whose gradients were the

@@ -200,35 +200,69 @@ static int push(amp_net *an, int stats_only)
     return an->ops->push ? an->ops->push(an, stats_only) : 0;
 }
 
-void amp_dist_after_step(amp_net *an)
+/* Every batch-norm statistic replaced by its mean over the processes: on
+ * the backend's side where it has the means to (a device), else packed into
+ * one host buffer, summed in one call and unpacked; 0, or -1 said. */
+static int average_statistics(amp_net *an)
 {
     const amp_comm *c = an->comm;
-    network *net = an->net;
+    if (an->ops->average_statistics) {
+        if (an->ops->average_statistics(an) == 0) return 0;
+        amp_net_fail(an, AMP_ERR_DEVICE, "amp: %s: rank %d: batch-norm statistics could not be "
+                     "averaged on the device", an->cfgfile, c->rank);
+        return -1;
+    }
     if (pull(an, 1) != 0) {
         amp_net_fail(an, AMP_ERR_DEVICE, "amp: %s: rank %d: batch-norm statistics could not be "
                      "read from the device", an->cfgfile, c->rank);
-        return;
+        return -1;
     }
-    /* batch-norm statistics follow each process's own images: averaged, so
-     * that every process keeps the same (and rank 0 saves the mean). Not after
-     * a skipped step, which put back the batch start's, the same everywhere
-     * already: an average of equal values need not be exact. */
-    for (int k = 0; k < an->nstates && !an->skip_updates; ++k) {
+    size_t n = 0;
+    for (int k = 0; k < an->nstates; ++k)
+        if (amp_state_is_statistic(&an->states[k])) n += an->states[k].n;
+    if (!n) return 0;
+    if (!an->dist_pack && !(an->dist_pack = malloc(n * sizeof *an->dist_pack))) {
+        amp_net_fail(an, AMP_ERR_NOMEM, "amp: %s: rank %d: out of memory averaging the "
+                     "batch-norm statistics", an->cfgfile, c->rank);
+        return -1;
+    }
+    float *p = an->dist_pack;
+    for (int k = 0; k < an->nstates; ++k) {
+        const amp_fwd_state *f = &an->states[k];
+        if (amp_state_is_statistic(f)) memcpy(p, f->host, f->n * sizeof *p), p += f->n;
+    }
+    if (c->sum_f32(an->dist_pack, n) != 0) {
+        amp_net_fail(an, AMP_ERR_DEVICE, "amp: %s: rank %d: batch-norm statistics could not "
+                     "be averaged (MPI failed)", an->cfgfile, c->rank);
+        return -1;
+    }
+    const float inv = 1.0f / (float)c->size;
+    p = an->dist_pack;
+    for (int k = 0; k < an->nstates; ++k) {
         const amp_fwd_state *f = &an->states[k];
         if (!amp_state_is_statistic(f)) continue;
-        if (c->sum_f32(f->host, f->n) != 0) {
-            amp_net_fail(an, AMP_ERR_DEVICE, "amp: %s: rank %d: batch-norm statistics could not "
-                         "be averaged (MPI failed)", an->cfgfile, c->rank);
-            return;
-        }
-        const float inv = 1.0f / (float)c->size;
-        for (size_t i = 0; i < f->n; ++i) f->host[i] *= inv;
+        for (size_t i = 0; i < f->n; ++i) f->host[i] = p[i] * inv;
+        p += f->n;
     }
     if (push(an, 1) != 0) {
         amp_net_fail(an, AMP_ERR_DEVICE, "amp: %s: rank %d: batch-norm statistics could not be "
                      "written to the device", an->cfgfile, c->rank);
-        return;
+        return -1;
     }
+    return 0;
+}
+
+void amp_dist_after_step(amp_net *an)
+{
+    const amp_comm *c = an->comm;
+    network *net = an->net;
+    /* batch-norm statistics follow each process's own images: averaged, so
+     * that every process keeps the same (and rank 0 saves the mean). Not after
+     * a skipped step, which put back the batch start's, the same everywhere
+     * already: an average of equal values need not be exact. (A device
+     * decides on the device: its skipped step puts the batch start's back
+     * after this, in step_end.) */
+    if (!an->skip_updates && average_statistics(an) != 0) return;
     const long every = an->dist_check_every;
     if (!every || an->step_index - an->dist_checked < (unsigned long)every) return;
     an->dist_checked = an->step_index;

@@ -385,6 +385,7 @@ void amp_net_free(amp_net *an)
     free(an->layers);
     free(an->tensors);
     free(an->states);
+    free(an->dist_pack);
     free(an);
 }
 

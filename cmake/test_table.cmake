@@ -50,7 +50,8 @@ function(files_of out i)
             string(MAKE_C_IDENTIFIER "${base}" id)
             if(DEFINED AMP_TEST_TARGET_${id})
                 list(APPEND files ${AMP_TEST_TARGET_${id}})
-            elseif(arg MATCHES "^${SOURCE_DIR}/(tests|scripts|cmake)/.*\\.(sh|c|cu|cmake)$")
+            elseif(arg MATCHES "^${SOURCE_DIR}/(tests|scripts|cmake)/.*\\.(sh|c|cu|cmake)$" OR
+                   arg MATCHES "^${SOURCE_DIR}/scripts/[^/.]+$") # scripts/gpu-check
                 file(RELATIVE_PATH rel "${SOURCE_DIR}" "${arg}")
                 list(APPEND files "${rel}")
             endif()

@@ -3,11 +3,14 @@
 
     bench_torch.py CFG --size PX [--batch 8] [--threads 2] [--iters 6] [--warmup 2]
                        [--modes fp32,fp32-cl,bf16,bf16-cl,bf16-compile-cl] [--darknet-weights FILE]
+    bench_torch.py CFG --size PX --device cuda [--batch 8] [--iters 6] [--warmup 2]
+                       [--modes fp32,fp16-cl,bf16-cl,fp16-compile-cl]
     bench_torch.py CFG --size PX --flops-only
 
 Builds the architecture of a darknet cfg (convolutional with or without
 batch_normalize, leaky or linear; maxpool, including the size-2 stride-1
-maxpool that darknet pads on the right and bottom; route; upsample; yolo) as a
+maxpool that darknet pads on the right and bottom; route; shortcut between
+tensors of the same shape; upsample; yolo) as a
 torch module, and trains it at batch B and PX x PX input with SGD (lr 1e-4,
 momentum 0.9, weight decay 5e-4, darknet's defaults for yolov3-tiny but a small
 lr) on random inputs, on the given number of threads, in each mode:
@@ -19,6 +22,27 @@ lr) on random inputs, on the given number of threads, in each mode:
     bf16-cl          the same in channels_last (NHWC: model and input)
     bf16-compile     bf16 with the model through torch.compile (Inductor), NCHW
     bf16-compile-cl  the same in channels_last
+
+With --device cuda (GPU 0) the step runs on the GPU with TF32 off in every
+mode (torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+False: darknet's amp=0 is plain FP32 too) and cudnn.benchmark on (its
+search falls in the warm-up); each step is timed from a synchronised device
+to a synchronised device, as darknet's driver times it, and the modes are:
+
+    fp32             float32, eager, NCHW
+    fp32-cl          the same in channels_last
+    fp16-cl          torch.autocast('cuda', dtype=torch.float16) with a
+                     GradScaler (dynamic loss scale), eager, channels_last
+    bf16-cl          torch.autocast('cuda', dtype=torch.bfloat16), eager,
+                     channels_last (no scaler: bfloat16 has float32's range)
+    fp16, bf16       the same two in NCHW
+    fp16-compile-cl  fp16-cl with the model through torch.compile (Inductor)
+    bf16-compile-cl  bf16-cl through torch.compile
+
+and each mode's line also gives the peak of torch.cuda.max_memory_allocated
+over its steps (the tensors PyTorch allocated: its caching allocator's
+reserve, the CUDA context and library workspaces outside it are not counted).
+The float16 modes need --device cuda; --threads is the host's thread count.
 
 torch.compile compiles during the warm-up steps, which are not timed. A
 compile mode that fails (no C++ compiler, no Python.h, an Inductor error) is
@@ -37,11 +61,13 @@ c/groups * filters * out_h * out_w summed over the convolutions; read from the
 cfg without torch, and all that --flops-only prints), `bench_torch: params N`
 (trainable parameters: convolution weights, conv biases or batch-norm scales
 and biases), then one line per mode: `bench_torch: <mode> <images/s> images/s
-(<iters> iterations after <warmup> warm-up taking <s> s; ...)`. With --darknet-weights FILE (a weights file darknet saved for the
+(<iters> iterations after <warmup> warm-up taking <s> s; ...)`, on a GPU with
+`; peak <MiB> MiB` before the closing parenthesis. With --darknet-weights FILE (a weights file darknet saved for the
 same cfg) it also checks that the file holds exactly the same number of floats
 (parameters plus batch-norm running means and variances) and exits 1 if not.
 """
 import argparse
+import gc
 import os
 import struct
 import sys
@@ -113,6 +139,17 @@ def plan(sections, size):
             s = int(o.get('stride', 2))
             o.update(_s=s)
             h, w = h * s, w * s
+        elif kind == 'shortcut':
+            j = int(o.get('from', 0))
+            j = j if j >= 0 else i + j
+            if j < 0 or j >= i:
+                sys.exit(f"bench_torch: layer {i}: shortcut from {o.get('from')} out of range")
+            # darknet also adds tensors of other sizes (strided, over the
+            # common channels); the cfgs benchmarked add equal shapes only
+            if layers[j][2] != (c, h, w):
+                sys.exit(f"bench_torch: layer {i}: shortcut adds {layers[j][2]} to {(c, h, w)}: "
+                         "only equal shapes are supported")
+            o.update(_from=j)
         elif kind == 'yolo':
             pass
         else:
@@ -125,7 +162,7 @@ def build(torch, layers):
     """plan()'s layers -> (module, yolo layer indices, BN channels)."""
     nn = torch.nn
     F = torch.nn.functional
-    mods, yolos, routes = nn.ModuleList(), [], {}
+    mods, yolos, routes, shortcuts = nn.ModuleList(), [], {}, {}
     bn_channels = 0
     for i, (kind, o, _) in enumerate(layers):
         if kind in ('convolutional', 'conv'):
@@ -162,6 +199,12 @@ def build(torch, layers):
         elif kind == 'route':
             routes[i] = o['_idx']
             mods.append(nn.Identity())
+        elif kind == 'shortcut':
+            act = o.get('activation', 'linear')  # darknet's default for shortcut
+            if act not in ('leaky', 'linear'):
+                sys.exit(f"bench_torch: layer {i}: activation {act} not supported (leaky, linear)")
+            shortcuts[i] = o['_from']
+            mods.append(nn.LeakyReLU(0.1) if act == 'leaky' else nn.Identity())
         elif kind == 'upsample':
             mods.append(nn.Upsample(scale_factor=o['_s'], mode='nearest'))
         elif kind == 'yolo':
@@ -179,6 +222,8 @@ def build(torch, layers):
                 if i in routes:
                     srcs = [outs[j] for j in routes[i]]
                     x = srcs[0] if len(srcs) == 1 else torch.cat(srcs, 1)
+                elif i in shortcuts:
+                    x = layer(x + outs[shortcuts[i]])
                 else:
                     x = layer(x)
                 if i in yolos:
@@ -200,36 +245,52 @@ def darknet_floats(path):
     return (size - header) // 4
 
 
-MODES = {  # mode: (autocast bf16, channels_last, torch.compile)
-    'fp32': (False, False, False),
-    'fp32-cl': (False, True, False),
-    'bf16': (True, False, False),
-    'bf16-cl': (True, True, False),
-    'bf16-compile': (True, False, True),
-    'bf16-compile-cl': (True, True, True),
+MODES = {  # mode: (autocast dtype, channels_last, torch.compile)
+    'fp32': (None, False, False),
+    'fp32-cl': (None, True, False),
+    'bf16': ('bf16', False, False),
+    'bf16-cl': ('bf16', True, False),
+    'bf16-compile': ('bf16', False, True),
+    'bf16-compile-cl': ('bf16', True, True),
+    'fp16': ('fp16', False, False),  # float16: --device cuda only
+    'fp16-cl': ('fp16', True, False),
+    'fp16-compile-cl': ('fp16', True, True),
 }
+DEFAULT_MODES = {'cpu': 'fp32,fp32-cl,bf16,bf16-cl,bf16-compile-cl',
+                 'cuda': 'fp32,fp16-cl,bf16-cl,fp16-compile-cl'}
 
 
 def run_mode(torch, a, mode, layers, yolos, batches, targets):
-    """Trains a fresh copy of the network in one mode; returns images/s and
-    the warm-up's seconds (torch.compile compiles during the first step)."""
-    amp, cl, compiled = MODES[mode]
+    """Trains a fresh copy of the network in one mode; returns images/s, the
+    warm-up's seconds (torch.compile compiles during the first step), the
+    last loss and, on a GPU, the peak of allocated device memory in MiB."""
+    half, cl, compiled = MODES[mode]
+    cuda = a.device == 'cuda'
+    dtype = {None: None, 'bf16': torch.bfloat16, 'fp16': torch.float16}[half]
     torch.manual_seed(1)
     m, *_ = build(torch, layers)
+    m = m.to(a.device)
     m.train()
     opt = torch.optim.SGD(m.parameters(), lr=1e-4, momentum=0.9, weight_decay=5e-4)
+    # float16's range needs a loss scale (darknet's AMP float16 scales dynamically too)
+    scaler = torch.amp.GradScaler('cuda') if half == 'fp16' else None
     if cl:
-        # oneDNN's convolutions want NHWC; in NCHW PyTorch reorders around each one
+        # oneDNN's and cuDNN's convolutions want NHWC; in NCHW PyTorch reorders around each one
         m = m.to(memory_format=torch.channels_last)
         batches = [x.to(memory_format=torch.channels_last) for x in batches]
     step = torch.compile(m) if compiled else m
     want = [layers[i][2] for i in yolos]
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if cuda:
+        sync()
+        torch.cuda.reset_peak_memory_stats()
     times = []
     for it in range(a.warmup + a.iters):
         x = batches[it % len(batches)]
+        sync()
         t = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=amp):
+        with torch.autocast(a.device, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
             heads = step(x)
             loss = sum(torch.nn.functional.mse_loss(torch.sigmoid(hd.float()), tg)
                        for hd, tg in zip(heads, targets))
@@ -237,12 +298,19 @@ def run_mode(torch, a, mode, layers, yolos, batches, targets):
             got = [tuple(hd.shape[1:]) for hd in heads]
             if got != want:
                 sys.exit(f"bench_torch: {mode}: yolo heads came out {got}, darknet's are {want}")
-        loss.backward()
-        opt.step()
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        sync()
         times.append(time.perf_counter() - t)
         if not torch.isfinite(loss):
             sys.exit(f"bench_torch: {mode}: loss is {loss.item()} at iteration {it + 1}")
-    return a.batch * a.iters / sum(times[a.warmup:]), sum(times[:a.warmup]), loss.item()
+    peak = torch.cuda.max_memory_allocated() / (1 << 20) if cuda else None
+    return a.batch * a.iters / sum(times[a.warmup:]), sum(times[:a.warmup]), loss.item(), peak
 
 
 def main():
@@ -253,13 +321,17 @@ def main():
     ap.add_argument('--threads', type=int, default=2)
     ap.add_argument('--iters', type=int, default=6)
     ap.add_argument('--warmup', type=int, default=2)
-    ap.add_argument('--modes', default='fp32,fp32-cl,bf16,bf16-cl,bf16-compile-cl')
+    ap.add_argument('--device', choices=('cpu', 'cuda'), default='cpu')
+    ap.add_argument('--modes', help=f"default: {DEFAULT_MODES['cpu']}; "
+                    f"with --device cuda: {DEFAULT_MODES['cuda']}")
     ap.add_argument('--darknet-weights')
     ap.add_argument('--flops-only', action='store_true')
     a = ap.parse_args()
-    modes = a.modes.split(',')
+    modes = (a.modes or DEFAULT_MODES[a.device]).split(',')
     if any(m not in MODES for m in modes) or a.iters < 1 or a.warmup < 0:
         ap.error(f"--modes takes some of {','.join(MODES)}; --iters >= 1, --warmup >= 0")
+    if a.device == 'cpu' and any(MODES[m][0] == 'fp16' for m in modes):
+        ap.error('the float16 modes need --device cuda')
     if any(MODES[m][2] for m in modes) and a.warmup < 1:
         ap.error('torch.compile modes need --warmup >= 1: the first step compiles')
     sections = parse_cfg(a.cfg)
@@ -270,10 +342,23 @@ def main():
 
     import torch  # after argument checks: importing takes seconds
     torch.set_num_threads(a.threads)
+    where = f"{a.threads} threads"
+    if a.device == 'cuda':
+        if not torch.cuda.is_available():
+            print("bench_torch: --device cuda: torch finds no usable CUDA device", file=sys.stderr)
+            return 1
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = True
+        cc = torch.cuda.get_device_capability(0)
+        if cc < (8, 0) and any(MODES[m][0] == 'bf16' for m in modes):
+            ap.error(f"the bfloat16 modes need compute capability 8.0; GPU 0 has {cc[0]}.{cc[1]}")
+        where = (f"{torch.cuda.get_device_name(0)} (compute capability {cc[0]}.{cc[1]}), "
+                 f"CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}, TF32 off")
     torch.manual_seed(1)
     model, yolos, bn_channels = build(torch, layers)
     params = sum(p.numel() for p in model.parameters())
-    print(f"bench_torch: torch {torch.__version__}, {a.threads} threads, {a.cfg} at {a.size} px, "
+    print(f"bench_torch: torch {torch.__version__}, {where}, {a.cfg} at {a.size} px, "
           f"batch {a.batch}; yolo heads {[layers[i][2] for i in yolos]}")
     print(f"bench_torch: params {params}")
     if a.darknet_weights:
@@ -287,19 +372,24 @@ def main():
             return 1
 
     channels = int(sections[0][1].get('channels', 3))
-    batches = [torch.rand(a.batch, channels, a.size, a.size) for _ in range(2)]
-    targets = [torch.rand(a.batch, *layers[i][2]) for i in yolos]
+    batches = [torch.rand(a.batch, channels, a.size, a.size, device=a.device) for _ in range(2)]
+    targets = [torch.rand(a.batch, *layers[i][2], device=a.device) for i in yolos]
     for mode in modes:
         try:
-            rate, warm, loss = run_mode(torch, a, mode, layers, yolos, batches, targets)
+            rate, warm, loss, peak = run_mode(torch, a, mode, layers, yolos, batches, targets)
         except Exception as e:  # noqa: BLE001 -- only torch.compile's failures are reported, not raised
-            if not MODES[mode][2]:
+            oom = 'out of memory' in str(e).lower()
+            if not MODES[mode][2] and not oom:
                 raise
             why = ' '.join(str(e).split(' Set TORCHDYNAMO_VERBOSE')[0].split())[:300] or '(no message)'
-            print(f"bench_torch: {mode} failed: {type(e).__name__}: {why}")
+            print(f"bench_torch: {mode} failed: {type(e).__name__}: {why}", flush=True)
+            if a.device == 'cuda':  # the failed mode's tensors back, for the next mode
+                gc.collect()
+                torch.cuda.empty_cache()
             continue
+        mem = '' if peak is None else f"; peak {peak:.0f} MiB"
         print(f"bench_torch: {mode} {rate:.1f} images/s ({a.iters} iterations after {a.warmup} "
-              f"warm-up taking {warm:.1f} s; last loss {loss:.5f})")
+              f"warm-up taking {warm:.1f} s; last loss {loss:.5f}{mem})", flush=True)
     return 0
 
 

@@ -319,6 +319,7 @@ static void layer_free(amp_layer *al)
     if (al->subs) amp_subs_free(al, slots, layer_free);
     amp_gpu_half *h = amp_gpu_half_of(al);
     if (!h) return;
+    al->detail = NULL; /* it lives in the convolution's record */
     amp_cudnn_conv_free(h);
     if (h->w) cudaFree(h->w);
     free(h);
@@ -346,7 +347,7 @@ static amp_status half_path(amp_layer *al, layer *l, amp_gpu_half_ctx *ctx, char
     if (l->type == CONVOLUTIONAL) {
         al->forward = amp_cudnn_conv_forward;
         al->backward = amp_cudnn_conv_backward;
-        al->label = "cuDNN";
+        al->label = "cuDNN"; /* its setup wrote the details (al->detail) */
     } else if (l->type == CONNECTED) {
         al->forward = amp_cublas_connected_forward;
         al->backward = amp_cublas_connected_backward;
@@ -426,6 +427,7 @@ static amp_status layer_fallback(amp_layer *al, layer *l, char *err, size_t errl
     al->forward = al->orig_forward;
     al->backward = al->orig_backward;
     al->label = NULL;
+    al->detail = NULL;
     if (l->type == CONNECTED) {
         char why[AMP_MSG_LEN];
         const amp_status st = amp_gpu_half_new(al, ctx, 0, why, sizeof why);

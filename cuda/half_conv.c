@@ -25,7 +25,7 @@
  * (gpu_plan.c), run with the math type the query reported for it (one
  * descriptor serves both passes, so it is set before each); chosen again
  * when darknet resizes the network or changes the batch; named in the
- * layer's label (the start-up table, DARKNET_AMP_PROFILE). The half input is
+ * layer's details (DARKNET_AMP_PROFILE's table). The half input is
  * converted again in backward (same bits as in forward, from the same
  * net.input_gpu darknet's own backward reads) rather than kept per layer:
  * one conversion instead of half an activation map of memory per layer.
@@ -57,7 +57,7 @@ struct amp_cudnn_conv {
     cudnnMathType_t fwd_math, bwd_data_math;
     size_t ws_bytes;
     int wgrad_images; /* images per weight-gradient GEMM (amp_wgrad_chunk) */
-    char label[256];  /* the layer's label: what runs each pass */
+    char detail[256]; /* the layer's details: what runs each pass */
 };
 
 void amp_cudnn_conv_free(amp_gpu_half *h)
@@ -197,7 +197,7 @@ static amp_status ensure_shape(amp_gpu_half *h, const layer *l, char *why, size_
                                                       sizeof(uint16_t), why, whylen));
     AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->dyc, (size_t)d.k * ohw * nb * sizeof(uint16_t), why,
                                          whylen));
-    snprintf(c->label, sizeof c->label,
+    snprintf(c->detail, sizeof c->detail,
              "cuDNN forward %s%s, backward-data %s%s, weight gradient cuBLAS float32 "
              "(%d images per GEMM); workspace %.1f MiB",
              amp_cudnn_fwd_name(c->fwd), amp_cudnn_math_name(c->fwd_math),
@@ -213,7 +213,7 @@ amp_status amp_cudnn_conv_setup(amp_layer *al, const layer *l, char *why, size_t
     struct amp_cudnn_conv *c = calloc(1, sizeof *c);
     AMP_RETURN_ERROR_IF(!c, AMP_ERR_NOMEM, why, whylen, "out of memory");
     h->conv = c;
-    al->label = c->label;
+    al->detail = c->detail;
     CHECK(cudnnCreateTensorDescriptor(&c->x));
     CHECK(cudnnCreateTensorDescriptor(&c->y));
     CHECK(cudnnCreateFilterDescriptor(&c->wd));

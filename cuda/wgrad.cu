@@ -8,36 +8,37 @@
 #include "amp_cuda.h"
 #include "cuda_check.h"
 
-static unsigned int blocks_for(size_t n)
+/* A 2-d grid: x over a row's columns (an int, amp_wgrad_chunk's), y over
+ * rows, both grid-stride. */
+static dim3 grid_for(int cols, int rows)
 {
-    size_t b = (n + 255) / 256;
-    return (unsigned int)(b > 65535 ? 65535 : b);
+    const int bx = (cols + 255) / 256;
+    return dim3((unsigned)(bx < 4096 ? bx : 4096), (unsigned)(rows < 65535 ? rows : 65535));
 }
 
-static __global__ void im2col_kernel(const uint16_t *x, amp_im2col_dims d, uint16_t *col)
+static __global__ void im2col_kernel(const uint16_t *x, amp_im2col_dims d, int rows, int cols,
+                                     uint16_t *col)
 {
-    const size_t n = amp_im2col_elems(d);
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const long long s = amp_im2col_src(d, i);
-        col[i] = s < 0 ? (uint16_t)0 : x[s];
-    }
+    for (int r = blockIdx.y; r < rows; r += gridDim.y)
+        for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < cols; q += gridDim.x * blockDim.x) {
+            const long long s = amp_im2col_src2(d, r, q);
+            col[(size_t)r * cols + q] = s < 0 ? (uint16_t)0 : x[s];
+        }
 }
 
-static __global__ void to_cnhw_kernel(const uint16_t *x, int nb, int k, size_t hw, uint16_t *y)
+static __global__ void to_cnhw_kernel(const uint16_t *x, int k, int hw, int cols, uint16_t *y)
 {
-    const size_t n = (size_t)nb * k * hw;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        y[i] = x[amp_cnhw_src(nb, k, hw, i)];
+    for (int r = blockIdx.y; r < k; r += gridDim.y)
+        for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < cols; q += gridDim.x * blockDim.x)
+            y[(size_t)r * cols + q] = x[amp_cnhw_src2(k, hw, r, q)];
 }
 
 extern "C" amp_status amp_cuda_im2col_half(const uint16_t *x, amp_im2col_dims d, uint16_t *col,
                                            cudaStream_t stream, char *err, size_t errlen)
 {
-    const size_t n = amp_im2col_elems(d);
-    if (!n) return AMP_OK;
-    im2col_kernel<<<blocks_for(n), 256, 0, stream>>>(x, d, col);
+    const int rows = d.c * d.size * d.size, cols = d.nb * d.out_h * d.out_w;
+    if (rows <= 0 || cols <= 0) return AMP_OK;
+    im2col_kernel<<<grid_for(cols, rows), 256, 0, stream>>>(x, d, rows, cols, col);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }
 
@@ -45,8 +46,8 @@ extern "C" amp_status amp_cuda_to_cnhw_half(const uint16_t *x, int nb, int k, si
                                             uint16_t *y, cudaStream_t stream, char *err,
                                             size_t errlen)
 {
-    const size_t n = (size_t)nb * k * hw;
-    if (!n) return AMP_OK;
-    to_cnhw_kernel<<<blocks_for(n), 256, 0, stream>>>(x, nb, k, hw, y);
+    const int cols = nb * (int)hw;
+    if (k <= 0 || cols <= 0) return AMP_OK;
+    to_cnhw_kernel<<<grid_for(cols, k), 256, 0, stream>>>(x, k, (int)hw, cols, y);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }

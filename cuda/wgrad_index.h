@@ -27,24 +27,40 @@ static AMP_HD inline size_t amp_im2col_elems(amp_im2col_dims d)
     return (size_t)d.c * d.size * d.size * d.nb * d.out_h * d.out_w;
 }
 
-/* The element of x that col[i] holds, or -1 for a padding position (0). */
-static AMP_HD inline long long amp_im2col_src(amp_im2col_dims d, size_t i)
+/* The element of x that col[row][q] holds (q < nb * out_h * out_w, an int:
+ * amp_wgrad_chunk keeps it one), or -1 for a padding position (0). 32-bit
+ * divisions only: a GPU's 64-bit ones are many instructions each. */
+static AMP_HD inline long long amp_im2col_src2(amp_im2col_dims d, int row, int q)
 {
-    const size_t ohw = (size_t)d.out_h * d.out_w, kk = (size_t)d.size * d.size;
-    const size_t cols = (size_t)d.nb * ohw, row = i / cols, q = i % cols;
-    const size_t b = q / ohw, p = q % ohw;
-    const int ci = (int)(row / kk), ky = (int)(row % kk) / d.size, kx = (int)(row % kk) % d.size;
-    const int oy = (int)(p / d.out_w), ox = (int)(p % d.out_w);
+    const int ohw = d.out_h * d.out_w, kk = d.size * d.size;
+    const int b = q / ohw, p = q - b * ohw;
+    const int ci = row / kk, kr = row - ci * kk, ky = kr / d.size, kx = kr - ky * d.size;
+    const int oy = p / d.out_w, ox = p - oy * d.out_w;
     const int iy = oy * d.stride - d.pad + ky, ix = ox * d.stride - d.pad + kx;
     if (iy < 0 || iy >= d.h || ix < 0 || ix >= d.w) return -1;
-    return (long long)(((b * d.c + ci) * d.h + iy) * (size_t)d.w + ix);
+    return (((long long)b * d.c + ci) * d.h + iy) * d.w + ix;
 }
 
-/* The element of dy (nb images of k x hw) that dyc[i] holds. */
+/* The same for col's element i (row-major: rows of nb * out_h * out_w). */
+static AMP_HD inline long long amp_im2col_src(amp_im2col_dims d, size_t i)
+{
+    const size_t cols = (size_t)d.nb * d.out_h * d.out_w;
+    return amp_im2col_src2(d, (int)(i / cols), (int)(i % cols));
+}
+
+/* The element of dy (nb images of k x hw) that dyc[kc][q] holds (q < nb * hw,
+ * an int). */
+static AMP_HD inline long long amp_cnhw_src2(int k, int hw, int kc, int q)
+{
+    const int b = q / hw;
+    return ((long long)b * k + kc) * hw + (q - b * hw);
+}
+
+/* The same for dyc's element i. */
 static AMP_HD inline size_t amp_cnhw_src(int nb, int k, size_t hw, size_t i)
 {
-    const size_t cols = (size_t)nb * hw, kc = i / cols, q = i % cols;
-    return (q / hw * k + kc) * hw + q % hw;
+    const size_t cols = (size_t)nb * hw;
+    return (size_t)amp_cnhw_src2(k, (int)hw, (int)(i / cols), (int)(i % cols));
 }
 
 #endif

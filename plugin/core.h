@@ -179,6 +179,8 @@ typedef struct amp_layer {
                            (plugin/cpu/onednn_layer.c, cuda/backend.c), which the
                            start-up table and DARKNET_AMP_PROFILE print; the
                            backend may change it when a layer changes shape */
+    const char *detail; /* optional, a half layer's: the backend's details of what runs
+                           it (algorithms, workspace), which DARKNET_AMP_PROFILE prints */
     int wrapped;        /* its slots were changed: detach puts them back */
     /* darknet's own pointers (from the backend's slots), put back by detach */
     amp_layer_fn orig_forward, orig_backward;

@@ -101,7 +101,10 @@ amp_status amp_dist_get(const amp_comm **out, char *err, size_t errlen)
     *out = NULL;
     if (state == 0) {
         const int n = amp_dist_launched_size();
-        if (n <= 1) {
+        /* DARKNET_AMP_DIST=1: a group even of one process, the data-parallel
+         * step's code path on one device (docs/distributed.md) */
+        const char *force = getenv("DARKNET_AMP_DIST");
+        if (n <= 1 && !(force && !strcmp(force, "1"))) {
             state = 1;
         } else if (open_group(n, failure, sizeof failure) == AMP_OK) {
             state = 2;

@@ -96,6 +96,11 @@ void amp_describe(const amp_net *an, FILE *out)
     fprintf(out, "; %d layers with parameters; layer precision:\n", params);
     amp_policy_print(an, out);
     amp_plan_print(an, out);
+    if (an->comm)
+        fprintf(out, "amp:   data-parallel: process %d of %d; every step's gradients and batch-norm "
+                     "statistics summed over the processes%s\n",
+                an->comm->rank, an->comm->size,
+                an->ops->average_statistics ? " on the devices" : "");
     if (an->ops->describe) an->ops->describe(an, out);
 }
 

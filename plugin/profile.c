@@ -210,7 +210,9 @@ static void print_device(const amp_net *an, FILE *out)
                 "kernel %8.3f ms/step  %s\n",
                 i, type, p->all_fwd_s * ms, p->all_bwd_s * ms, p->all_upd_s * ms,
                 p->convert_s * ms, p->kernel_s * ms,
-                al->label ? al->label : "darknet's float32");
+                al->detail  ? al->detail
+                : al->label ? al->label
+                            : "darknet's float32");
         sum.all_fwd_s += p->all_fwd_s, sum.all_bwd_s += p->all_bwd_s;
         sum.all_upd_s += p->all_upd_s, sum.convert_s += p->convert_s;
         sum.kernel_s += p->kernel_s;

@@ -131,9 +131,10 @@ grep -q "runs in float32 from the next step on" "$out/e2e.err" && ! grep -q "not
     || bad "-map after the fallback: AMP '${m}' against FP32 '${mf}'; $(grep '^map:' "$out/e2e.log" | tr '\n' ' ')"
 finite "$out/e2e_final.weights" "the 200-iteration fallback run"
 [ -f "$out/e2e_best.weights" ] && finite "$out/e2e_best.weights" "its -map best" || bad "no e2e_best.weights"
-boxes() { # cfg weights image: the boxes detector test finds above 0.01
+boxes() { # cfg weights image: the boxes detector test finds above 0.01 (its output in $out/test.txt)
     # shellcheck disable=SC2086
-    "$darknet" detector test "$out/s.data" "$1" "$2" "$3" -thresh 0.01 $nogpu 2>/dev/null | grep -c '%$'
+    "$darknet" detector test "$out/s.data" "$1" "$2" "$3" -thresh 0.01 $nogpu > "$out/test.txt" 2> "$out/test.err"
+    grep -c '%$' "$out/test.txt"
 }
 found="" found_fp32="" least=""
 for img in $(head -n 3 "$data_dir/train.txt"); do
@@ -142,7 +143,7 @@ for img in $(head -n 3 "$data_dir/train.txt"); do
     [ "${a:-0}" -ge 1 ] || least=no
 done
 [ -z "$least" ] && ok "detector test -thresh 0.01 on 3 training images: boxes$found with the fallback run's weights,$found_fp32 with FP32's" \
-    || bad "detector test -thresh 0.01 on 3 training images: boxes$found with the fallback run's weights (FP32's:$found_fp32)"
+    || bad "detector test -thresh 0.01 on 3 training images: boxes$found with the fallback run's weights (FP32's:$found_fp32); the last one said: $(tail -n 4 "$out/test.txt" | tr '\n' '|') $(tail -n 6 "$out/test.err" | tr '\n' '|')"
 
 if [ "$gpu" = 1 ]; then
     [ $fails -eq 0 ] && echo "PASS: fallback on GPU 0" || { echo "FAIL: $fails failed checks"; exit 1; }

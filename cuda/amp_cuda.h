@@ -74,6 +74,11 @@ amp_status amp_cuda_from_half(const uint16_t *h, float *x, size_t n, amp_dtype d
 amp_status amp_cuda_add_half(const uint16_t *h, float *y, size_t n, amp_dtype dtype,
                              cudaStream_t stream, char *err, size_t errlen);
 
+/* y += float(h) * factor, factor a power of two (exact). */
+amp_status amp_cuda_add_half_scaled(const uint16_t *h, float *y, size_t n, float factor,
+                                    amp_dtype dtype, cudaStream_t stream, char *err,
+                                    size_t errlen);
+
 /* x = float(half(x)) in place; y += float(half(x)). */
 amp_status amp_cuda_round(float *x, size_t n, amp_dtype dtype, cudaStream_t stream, char *err,
                           size_t errlen);

@@ -666,6 +666,15 @@ static amp_status net_init(amp_net *an, char *err, size_t errlen)
     AMP_RETURN_ERROR_IF(!g->half, AMP_ERR_NOMEM, err, errlen,
                         "amp: out of memory attaching to %s", an->cfgfile);
     g->half->dev = g->dev;
+    /* DARKNET_AMP_GPU_WGRAD=cudnn: the half weight gradient, to measure it
+     * against the default (docs/gpu.md); anything but cublas or cudnn refused */
+    const char *wg = getenv("DARKNET_AMP_GPU_WGRAD");
+    AMP_RETURN_ERROR_IF(wg && *wg && strcmp(wg, "cudnn") && strcmp(wg, "cublas"), AMP_ERR_INVALID,
+                        err, errlen,
+                        "amp: DARKNET_AMP_GPU_WGRAD=%.32s: expected cublas (the default: the "
+                        "weight gradient in float32) or cudnn (cuDNN's, in half)",
+                        wg);
+    g->half->wgrad_cudnn = wg && !strcmp(wg, "cudnn");
     if (an->env.profile) g->prof = amp_gpu_prof_new(); /* NULL: not timed */
     if (an->comm) { /* data-parallel: NCCL's communicator, its id from rank 0 over MPI */
 #ifdef AMP_HAVE_NCCL

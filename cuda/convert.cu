@@ -15,11 +15,13 @@ static __global__ void to_half_kernel(const float *x, uint16_t *h, size_t n, int
         h[i] = bf16 ? amp_f32_to_bf16(x[i]) : amp_f32_to_f16(x[i]);
 }
 
-static __global__ void from_half_kernel(const uint16_t *h, float *x, size_t n, int bf16, int add)
+static __global__ void from_half_kernel(const uint16_t *h, float *x, size_t n, int bf16, int add,
+                                        float factor)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         float v = bf16 ? amp_bf16_to_f32(h[i]) : amp_f16_to_f32(h[i]);
+        if (factor != 1.0f) v = __fmul_rn(v, factor); /* else NaN payloads kept */
         x[i] = add ? __fadd_rn(x[i], v) : v;
     }
 }
@@ -55,7 +57,8 @@ extern "C" amp_status amp_cuda_from_half(const uint16_t *h, float *x, size_t n, 
                                          cudaStream_t stream, char *err, size_t errlen)
 {
     if (!n) return AMP_OK;
-    from_half_kernel<<<blocks_for(n), 256, 0, stream>>>(h, x, n, dtype == AMP_DTYPE_BFLOAT16, 0);
+    from_half_kernel<<<blocks_for(n), 256, 0, stream>>>(h, x, n, dtype == AMP_DTYPE_BFLOAT16, 0,
+                                                        1.0f);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }
 
@@ -63,7 +66,18 @@ extern "C" amp_status amp_cuda_add_half(const uint16_t *h, float *y, size_t n, a
                                         cudaStream_t stream, char *err, size_t errlen)
 {
     if (!n) return AMP_OK;
-    from_half_kernel<<<blocks_for(n), 256, 0, stream>>>(h, y, n, dtype == AMP_DTYPE_BFLOAT16, 1);
+    from_half_kernel<<<blocks_for(n), 256, 0, stream>>>(h, y, n, dtype == AMP_DTYPE_BFLOAT16, 1,
+                                                        1.0f);
+    return AMP_CUDA_LAUNCHED(err, errlen);
+}
+
+extern "C" amp_status amp_cuda_add_half_scaled(const uint16_t *h, float *y, size_t n,
+                                               float factor, amp_dtype dtype,
+                                               cudaStream_t stream, char *err, size_t errlen)
+{
+    if (!n) return AMP_OK;
+    from_half_kernel<<<blocks_for(n), 256, 0, stream>>>(h, y, n, dtype == AMP_DTYPE_BFLOAT16, 1,
+                                                        factor);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }
 

@@ -57,6 +57,12 @@ struct amp_cudnn_conv {
     cudnnMathType_t fwd_math, bwd_data_math;
     size_t ws_bytes;
     int wgrad_images; /* images per weight-gradient GEMM (amp_wgrad_chunk) */
+    /* DARKNET_AMP_GPU_WGRAD=cudnn (a measurement, docs/gpu.md): cuDNN's
+     * backward-filter into a half dW at alpha 2^-wgrad_shift, added times
+     * 2^wgrad_shift (exact): the weight gradient rounded to half. */
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    cudnnMathType_t bwd_filter_math;
+    int wgrad_shift;
     char detail[256]; /* the layer's details: what runs each pass */
 };
 
@@ -91,8 +97,8 @@ void amp_cudnn_conv_free(amp_gpu_half *h)
 
 /* The two algorithms for the descriptors as set, with their math types
  * and the workspace they need, or why not. */
-static amp_status choose_algorithms(struct amp_cudnn_conv *c, cudnnHandle_t handle, char *why,
-                                    size_t whylen)
+static amp_status choose_algorithms(struct amp_cudnn_conv *c, cudnnHandle_t handle, int filter,
+                                    char *why, size_t whylen)
 {
     int n = 0;
     cudnnConvolutionFwdAlgoPerf_t fperf[16];
@@ -110,6 +116,16 @@ static amp_status choose_algorithms(struct amp_cudnn_conv *c, cudnnHandle_t hand
     CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(handle, c->wd, c->y, c->conv, c->x,
                                                        c->bwd_data, &b));
     c->ws_bytes = a > b ? a : b;
+    if (!filter) return AMP_OK;
+    cudnnConvolutionBwdFilterAlgoPerf_t wperf[16];
+    CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, c->x, c->y, c->conv, c->wd, 16,
+                                                        &n, wperf));
+    PICK(wperf, n, c->bwd_filter, c->bwd_filter_math, "backward-filter");
+    size_t f = 0;
+    CHECK(cudnnSetConvolutionMathType(c->conv, c->bwd_filter_math));
+    CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, c->x, c->y, c->conv, c->wd,
+                                                         c->bwd_filter, &f));
+    if (f > c->ws_bytes) c->ws_bytes = f;
     return AMP_OK;
 }
 
@@ -181,13 +197,28 @@ static amp_status ensure_shape(amp_gpu_half *h, const layer *l, char *why, size_
                         AMP_ERR_DEVICE, why, whylen,
                         "cuDNN's output %dx%dx%dx%d is not darknet's %dx%dx%dx%d", on, oc, oh, ow,
                         d.n, d.k, d.out_h, d.out_w);
-    AMP_FORWARD_IF_ERROR(choose_algorithms(c, cudnn_handle(), why, whylen));
-    size_t nin = (size_t)l->inputs * l->batch, nout = (size_t)l->outputs * l->batch;
     amp_gpu_half_ctx *x = h->ctx;
+    AMP_FORWARD_IF_ERROR(choose_algorithms(c, cudnn_handle(), x->wgrad_cudnn, why, whylen));
+    size_t nin = (size_t)l->inputs * l->batch, nout = (size_t)l->outputs * l->batch;
     AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->ws, c->ws_bytes, why, whylen));
     AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->x, nin * sizeof(uint16_t), why, whylen));
     AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->y, nout * sizeof(uint16_t), why, whylen));
     AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->dx, nin * sizeof(uint16_t), why, whylen));
+    if (x->wgrad_cudnn) {
+        /* dW / 2^k within float16's range: darknet's loss sums the batch */
+        c->wgrad_shift = 0;
+        while ((1 << c->wgrad_shift) < d.n && c->wgrad_shift < 24) ++c->wgrad_shift;
+        AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->dw, h->nw * sizeof(uint16_t), why, whylen));
+        snprintf(c->detail, sizeof c->detail,
+                 "cuDNN forward %s%s, backward-data %s%s, weight gradient cuDNN %d%s in half "
+                 "at 2^-%d; workspace %.1f MiB",
+                 amp_cudnn_fwd_name(c->fwd), amp_cudnn_math_name(c->fwd_math),
+                 amp_cudnn_bwd_data_name(c->bwd_data), amp_cudnn_math_name(c->bwd_data_math),
+                 (int)c->bwd_filter, amp_cudnn_math_name(c->bwd_filter_math), c->wgrad_shift,
+                 (double)c->ws_bytes / 1048576.0);
+        c->batch = l->batch, c->h = l->h, c->w = l->w;
+        return AMP_OK;
+    }
     /* the weight gradient's operands per image: im2col columns, gradient by channel */
     const size_t ohw = (size_t)d.out_h * d.out_w;
     const size_t per_image = ((size_t)d.c * d.size * d.size + (size_t)d.k) * ohw * sizeof(uint16_t);
@@ -301,7 +332,23 @@ static amp_status backward(amp_layer *al, layer l, network net, char *err, size_
     AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_gpu_half_weights(al, l.weights_gpu, &w, err, errlen));
     AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_cuda_to_half(net.input_gpu, x->x.p, nin, h->dtype, 0, err, errlen));
     AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_cuda_to_half(l.delta_gpu, x->y.p, nout, h->dtype, 0, err, errlen));
-    AMP_FORWARD_IF_ERROR(weight_gradient(al, c, &l, x, h->dtype, err, errlen));
+    if (x->wgrad_cudnn) {
+        const float alpha = 1.0f / (float)(1 << c->wgrad_shift);
+        AMP_FORWARD_IF_ERROR(AMP_CUDNN_CHECK(
+            cudnnSetConvolutionMathType(c->conv, c->bwd_filter_math), err, errlen));
+        AMP_GPU_RUN(al, AMP_PROF_KERNEL,
+                    AMP_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+                                        cudnn_handle(), &alpha, c->x, x->x.p, c->y, x->y.p,
+                                        c->conv, c->bwd_filter, x->ws.p, c->ws_bytes, &zero,
+                                        c->wd, x->dw.p),
+                                    err, errlen));
+        AMP_GPU_RUN(al, AMP_PROF_CONVERT,
+                    amp_cuda_add_half_scaled(x->dw.p, l.weight_updates_gpu, h->nw,
+                                             (float)(1 << c->wgrad_shift), h->dtype, 0, err,
+                                             errlen));
+    } else {
+        AMP_FORWARD_IF_ERROR(weight_gradient(al, c, &l, x, h->dtype, err, errlen));
+    }
     if (!net.delta_gpu) return AMP_OK;
     AMP_FORWARD_IF_ERROR(
         AMP_CUDNN_CHECK(cudnnSetConvolutionMathType(c->conv, c->bwd_data_math), err, errlen));

@@ -40,12 +40,14 @@ typedef struct amp_gpu_half_ctx {
     const amp_gpu_state *dev; /* the device state: the batch's scale for the clip */
     amp_gpu_scratch x;   /* half input */
     amp_gpu_scratch y;   /* half output (forward) or incoming gradient (backward) */
-    amp_gpu_scratch dw;  /* float32 weight gradient (cuBLAS layers) */
+    amp_gpu_scratch dw;  /* weight gradient: float32 (cuBLAS layers), half (wgrad_cudnn) */
     amp_gpu_scratch dx;  /* data gradient: half (cuDNN) or float32 (cuBLAS) */
     amp_gpu_scratch ws;  /* cuDNN workspace */
     amp_gpu_scratch t;   /* float32: a deconvolution's incoming gradient, rounded to half */
     amp_gpu_scratch col; /* half: a convolution's im2col columns for its weight gradient */
     amp_gpu_scratch dyc; /* half: its incoming gradient by channel (wgrad_index.h) */
+    int wgrad_cudnn;     /* DARKNET_AMP_GPU_WGRAD=cudnn: cuDNN's half backward-filter, scaled
+                            (a measurement of the alternative; half_conv.c) */
 } amp_gpu_half_ctx;
 
 struct amp_cudnn_conv; /* half_conv.c */

@@ -442,6 +442,17 @@ static void weight_gradient(void)
                 largest = fabs(sum) > largest ? fabs(sum) : largest;
                 bad += got[(size_t)f * cols + r] != (float)sum;
             }
+        /* the measurement switch's add (DARKNET_AMP_GPU_WGRAD=cudnn): y += float(h) * 2^6 */
+        std::vector<float> y0(got), y1(got.size());
+        float *dy2 = dev<float>(got.size());
+        CUDA(cudaMemcpy(dy2, y0.data(), y0.size() * 4, cudaMemcpyHostToDevice));
+        LAUNCH(amp_cuda_add_half_scaled(ddy, dy2, got.size(), 64.0f, dt, 0, ERR));
+        CUDA(cudaMemcpy(y1.data(), dy2, y1.size() * 4, cudaMemcpyDeviceToHost));
+        size_t bad2 = 0;
+        for (size_t i = 0; i < y1.size(); ++i) bad2 += y1[i] != y0[i] + dyf[i] * 64.0f;
+        CHECK(bad2 == 0, "y += float(h) * 64, %s, %zu elements: %zu differ", bf ? "bfloat16" : "float16",
+              y1.size(), bad2);
+        cudaFree(dy2);
         CHECK(bad == 0 && largest > 65504,
               "weight gradient GEMM into the float32 history, %s, K %d: %zu of %zu differ from the "
               "exact sum; largest %.0f (beyond float16's 65504: never rounded to half)",

@@ -7,7 +7,10 @@
  *   pairs away from ties of edges (where the gradient is one-sided): IoU,
  *   GIoU and DIoU exactly; CIoU as its paper prescribes, alpha held constant
  *   and the aspect term's gradient times (w^2 + h^2);
- * - every value and gradient finite on the degenerate pairs.
+ * - every value and gradient finite on the degenerate pairs;
+ * - CIoU's w, h gradient times e^t (a yolo layer's w, h delta) bounded for a
+ *   predicted box that outgrows the image, where the paper's form grows as
+ *   e^(tw + th).
  */
 #include "box_loss.h"
 
@@ -168,6 +171,29 @@ int main(void)
         CHECK(fabs(an.x - want) > 2e-3 * (1 + fabs(want)),
               "self-check: IoU's x gradient %.5f is not DIoU's %.5f (the comparison can fail)",
               an.x, want);
+    }
+    /* A predicted box that outgrows the image: a yolo layer's w, h deltas are
+     * the gradient times e^t (patches/0020). yolov4-tiny's 81x82 anchor at
+     * 128 px, a 4:1 truth, t = 0..8 (the box 0.6 to 2000 images wide).
+     * Bounded: alpha <= 1, |k8| <= 4/pi, h e^tw 2/(w^2 + h^2) <= 1/anchor
+     * width, and the IoU and distance terms fall with the box; the paper's
+     * form (no 2/(w^2 + h^2)) is 675 at t = 5 and e^(2t) beyond. */
+    {
+        const box g = bx(.5f, .5f, .4f, .1f);
+        const float aw = 81.f / 128, ah = 82.f / 128;
+        const double bound = 4 / 3.14159265358979 / aw + 0.5;
+        double worst = 0, at5 = 0;
+        for (int t = 0; t <= 8; ++t) {
+            const float e = expf((float)t);
+            const box a = bx(.55f, .5f, aw * e, ah * e);
+            const box d = box_iou_kind_gradient(a, g, IOU_LOSS_CIOU);
+            const double m = fmax(fabs(d.w * e), fabs(d.h * e));
+            if (m > worst || m != m) worst = m;
+            if (t == 5) at5 = m;
+        }
+        CHECK(worst <= bound, "CIoU's w, h gradient times e^t for a predicted box up to 2000 "
+                              "images wide: at most %.3f (at t = 5: %.3f; bound %.3f)",
+              worst, at5, bound);
     }
     /* names */
     CHECK(iou_loss_kind("ciou") == IOU_LOSS_CIOU && iou_loss_kind("mse") == IOU_LOSS_MSE &&

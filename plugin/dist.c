@@ -104,6 +104,12 @@ amp_status amp_dist_get(const amp_comm **out, char *err, size_t errlen)
         /* DARKNET_AMP_DIST=1: a group even of one process, the data-parallel
          * step's code path on one device (docs/distributed.md) */
         const char *force = getenv("DARKNET_AMP_DIST");
+        char shown[64];
+        AMP_RETURN_ERROR_IF(force && *force && strcmp(force, "0") && strcmp(force, "1"),
+                            AMP_ERR_INVALID, err, errlen,
+                            "DARKNET_AMP_DIST=%s: expected 1 (a data-parallel group even of one "
+                            "process) or 0",
+                            amp_show(shown, sizeof shown, force, 32));
         if (n <= 1 && !(force && !strcmp(force, "1"))) {
             state = 1;
         } else if (open_group(n, failure, sizeof failure) == AMP_OK) {

@@ -12,3 +12,13 @@ verdict() { # what passed
         exit 1
     fi
 }
+# OUT/s.data: the dataset's data file with its backup folder BACKUP.
+shapes_data() { # DATA_DIR BACKUP OUT
+    sed "s|^backup *=.*|backup = $2|" "$1/shapes.data" > "$3/s.data"
+}
+# Runs a setup command, its output in OUT/LOG; on failure shows it and ends the test.
+must() { # OUT LOG command...
+    o=$1/$2
+    shift 2
+    "$@" > "$o" 2>&1 || { cat "$o"; echo "FAIL: setup: $*"; exit 1; }
+}

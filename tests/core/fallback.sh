@@ -46,11 +46,11 @@ set -u
 darknet=$1 scale=$2 values=$3 data_dir=$4 cfg=$5 out=$6
 rm -rf "$out" && mkdir -p "$out"
 . "$(dirname "$0")/../lib.sh" # ok, bad, verdict
-sed "s|^backup *=.*|backup = $out|" "$data_dir/shapes.data" > "$out/s.data"
+shapes_data "$data_dir" "$out" "$out"
 sed 's/^max_batches=.*/max_batches=30/' "$cfg" > "$out/amp.cfg"
 sed 's/^amp=1$/amp=0/' "$out/amp.cfg" > "$out/fp32.cfg"
-"$scale" "$cfg" 1 2 1e5 "$out/big.weights" > "$out/scale.log" 2>&1 || { cat "$out/scale.log"; exit 1; }
-"$scale" "$cfg" 1 2 1 "$out/plain.weights" > "$out/scale.log" 2>&1 || { cat "$out/scale.log"; exit 1; }
+must "$out" scale.log "$scale" "$cfg" 1 2 1e5 "$out/big.weights"
+must "$out" scale.log "$scale" "$cfg" 1 2 1 "$out/plain.weights"
 gpu=${FALLBACK_GPU:-0}
 fwd=1 # steps skipped for the forward overflow before the layer is float32
 [ "$gpu" = 1 ] && fwd=2

@@ -11,7 +11,7 @@ set -u
 darknet=$1 data_dir=$2 cfg=$3 out=$4
 rm -rf "$out" && mkdir -p "$out"
 . "$(dirname "$0")/../lib.sh" # ok, bad, verdict
-sed "s|^backup *=.*|backup = $out|" "$data_dir/shapes.data" > "$out/s.data"
+shapes_data "$data_dir" "$out" "$out"
 list=$(sed -n 's/^train *= *//p' "$data_dir/shapes.data")
 yolo1=$(awk '/^\[/ { if ($0 != "[net]") n++ } /^\[yolo\]/ { print n - 1; exit }' "$cfg")
 yolo2=$(awk '/^\[/ { if ($0 != "[net]") n++ } /^\[yolo\]/ { y = n - 1 } END { print y }' "$cfg")

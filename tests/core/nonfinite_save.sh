@@ -19,11 +19,11 @@ set -u
 darknet=$1 scale=$2 values=$3 data_dir=$4 cfg=$5 out=$6
 rm -rf "$out" && mkdir -p "$out"
 . "$(dirname "$0")/../lib.sh" # ok, bad, verdict
-sed "s|^backup *=.*|backup = $out|" "$data_dir/shapes.data" > "$out/s.data"
+shapes_data "$data_dir" "$out" "$out"
 sed 's/^max_batches=.*/max_batches=20/' "$cfg" > "$out/run.cfg"
 sed 's/^amp=1$/amp=0/' "$out/run.cfg" > "$out/off.cfg"
-"$scale" "$cfg" 1 0 1 "$out/plain.weights" > "$out/scale.log" 2>&1 || { cat "$out/scale.log"; exit 1; }
-"$scale" "$cfg" 1 0 nan "$out/nan.weights" rolling_mean > "$out/scale.log" 2>&1 || { cat "$out/scale.log"; exit 1; }
+must "$out" scale.log "$scale" "$cfg" 1 0 1 "$out/plain.weights"
+must "$out" scale.log "$scale" "$cfg" 1 0 nan "$out/nan.weights" rolling_mean
 train() { # cfg weights name
     DARKNET_SEED=1 "$darknet" detector train "$out/s.data" "$1" "$2" -nogpu -map_every 10 > "$out/$3.log" 2> "$out/$3.err"
 }

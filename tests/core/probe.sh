@@ -17,12 +17,12 @@ set -u
 darknet=$1 scale=$2 data_dir=$3 cfg=$4 out=$5
 rm -rf "$out" && mkdir -p "$out"
 . "$(dirname "$0")/../lib.sh" # ok, bad, verdict
-sed "s|^backup *=.*|backup = $out|" "$data_dir/shapes.data" > "$out/s.data"
+shapes_data "$data_dir" "$out" "$out"
 sed 's/^max_batches=.*/max_batches=6/' "$cfg" > "$out/off.cfg"
 sed 's/^\[net\]/[net]\namp_probe=1/' "$out/off.cfg" > "$out/probe.cfg"
 sed 's/^\[net\]/[net]\namp_fallback=0/' "$out/probe.cfg" > "$out/keep.cfg"
-"$scale" "$cfg" 1 2 1 "$out/plain.weights" > "$out/scale.log" 2>&1 || { cat "$out/scale.log"; exit 1; }
-"$scale" "$cfg" 1 2 1e-6 "$out/tiny.weights" > "$out/scale.log" 2>&1 || { cat "$out/scale.log"; exit 1; }
+must "$out" scale.log "$scale" "$cfg" 1 2 1 "$out/plain.weights"
+must "$out" scale.log "$scale" "$cfg" 1 2 1e-6 "$out/tiny.weights"
 train() { # cfg weights name
     DARKNET_AMP_CONV=direct DARKNET_SEED=1 "$darknet" detector train "$out/s.data" "$1" "$2" -nogpu \
         > "$out/$3.log" 2> "$out/$3.err" || bad "$3: exit $?: $(tail -n 1 "$out/$3.err")"

@@ -10,7 +10,7 @@ set -u
 darknet=$1 data_dir=$2 cfg=$3 out=$4
 rm -rf "$out" && mkdir -p "$out"
 . "$(dirname "$0")/../lib.sh" # ok, bad, verdict
-sed "s|^backup *=.*|backup = $out|" "$data_dir/shapes.data" > "$out/s.data"
+shapes_data "$data_dir" "$out" "$out"
 sed 's/^max_batches=.*/max_batches=2/; s|^\[net\]$|[net]\namp=1\namp_dtype=bfloat16|' "$cfg" \
     > "$out/profile.cfg"
 DARKNET_AMP_PROFILE=1 DARKNET_SEED=1 "$darknet" detector train "$out/s.data" "$out/profile.cfg" \

@@ -18,7 +18,7 @@ set -u
 darknet=$1 eval=$2 data_dir=$3 cfg=$4 out=$5 src=$6
 rm -rf "$out" && mkdir -p "$out/backup"
 . "$(dirname "$0")/../lib.sh" # ok, bad, verdict
-sed "s|^backup *=.*|backup = $out/backup|" "$data_dir/shapes.data" > "$out/s.data"
+shapes_data "$data_dir" "$out/backup" "$out"
 sed 's/^max_batches=.*/max_batches=120/' "$cfg" > "$out/rec.cfg"
 record=$out/backup/rec.record.tsv
 

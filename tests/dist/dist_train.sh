@@ -38,7 +38,7 @@
 #                compared after every step: DARKNET_AMP_DIST_CHECK=1)
 #   save         only rank 0 saves; a resumed 2-process run starts from the
 #                saved scale on both ranks
-#   refuse       an indivisible batch, different cfgs, a bad DARKNET_AMP_DIST_CHECK,
+#   refuse       an indivisible batch, different cfgs, a bad DARKNET_AMP_DIST_CHECK or DARKNET_AMP_DIST,
 #                a missing MPI module
 set -u
 case_=$1 darknet=$2 mpiexec=$3 data_dir=$4 cfg=$5 out=$6
@@ -157,41 +157,35 @@ save)
         || bad "$n processes resumed at scale $scale: $(grep -m2 'amp: resumed\|amp: no' "$out/resume.err")"
     ;;
 refuse)
+    # refused NAME PATTERN COMMAND...: COMMAND must fail, its errors saying PATTERN
+    refused() {
+        name=$1 pat=$2
+        shift 2
+        if "$@" > "$out/$name.log" 2> "$out/$name.err"; then
+            bad "$name: accepted: $*"
+        elif grep -q -- "$pat" "$out/$name.err"; then
+            ok "$name refused: $(grep -m1 -- "$pat" "$out/$name.err" | cut -c1-160)"
+        else
+            bad "$name refused without '$pat': $(tail -n 3 "$out/$name.err")"
+        fi
+    }
     mkcfg odd 1 2 ""
     sed -i 's/^batch=.*/batch=9/' "$out/odd.cfg"
-    if mpi "$darknet" detector train "$out/odd.data" "$out/odd.cfg" > "$out/odd.log" 2> "$out/odd.err"; then
-        bad "batch 9 on 2 processes was trained"
-    else
-        grep -q 'the 9 images of each forward pass do not divide among 2 processes' "$out/odd.err" \
-            && ok "batch 9 on 2 processes refused: $(grep -m1 'divide' "$out/odd.err")" \
-            || bad "batch 9 refused without the message: $(tail -n 3 "$out/odd.err")"
-    fi
+    refused "batch 9 on 2 processes" 'the 9 images of each forward pass do not divide among 2 processes' \
+        mpi "$darknet" detector train "$out/odd.data" "$out/odd.cfg"
     mkcfg same 1 2 ""
     sed 's/^learning_rate=.*/learning_rate=0.0003/' "$out/same.cfg" > "$out/other.cfg"
-    if mpi sh -c 'c=$2; [ "$OMPI_COMM_WORLD_RANK" != 1 ] || c=$3; exec "$0" detector train "$1" "$c"' \
-            "$darknet" "$out/same.data" "$out/same.cfg" "$out/other.cfg" > "$out/diff.log" 2> "$out/diff.err"; then
-        bad "different cfgs on the two processes were trained"
-    else
-        grep -q 'were given different cfgs' "$out/diff.err" \
-            && ok "different cfgs refused: $(grep -m1 'different cfgs' "$out/diff.err" | cut -c1-160)" \
-            || bad "different cfgs refused without the message: $(tail -n 3 "$out/diff.err")"
-    fi
-    if mpi -x DARKNET_AMP_DIST_CHECK=often "$darknet" detector train "$out/same.data" "$out/same.cfg" \
-            > "$out/check.log" 2> "$out/check.err"; then
-        bad "DARKNET_AMP_DIST_CHECK=often was accepted"
-    else
-        grep -q 'DARKNET_AMP_DIST_CHECK=often: expected a number of steps' "$out/check.err" \
-            && ok "a bad DARKNET_AMP_DIST_CHECK refused: $(grep -m1 'DIST_CHECK' "$out/check.err" | cut -c1-160)" \
-            || bad "a bad DARKNET_AMP_DIST_CHECK refused without the message: $(tail -n 3 "$out/check.err")"
-    fi
-    if mpi -x DARKNET_AMP_MPI_MODULE=/nonexistent/libdarknet_amp_mpi.so "$darknet" detector train \
-            "$out/same.data" "$out/same.cfg" > "$out/nomod.log" 2> "$out/nomod.err"; then
-        bad "a launch without the MPI module was trained"
-    else
-        grep -q 'the MPI module cannot be loaded' "$out/nomod.err" \
-            && ok "a missing MPI library refused: $(grep -m1 'cannot be loaded' "$out/nomod.err" | cut -c1-160)" \
-            || bad "a missing MPI library refused without the message: $(tail -n 3 "$out/nomod.err")"
-    fi ;;
+    refused "different cfgs on the two processes" 'were given different cfgs' \
+        mpi sh -c 'c=$2; [ "$OMPI_COMM_WORLD_RANK" != 1 ] || c=$3; exec "$0" detector train "$1" "$c"' \
+        "$darknet" "$out/same.data" "$out/same.cfg" "$out/other.cfg"
+    refused "DARKNET_AMP_DIST_CHECK=often" 'DARKNET_AMP_DIST_CHECK=often: expected a number of steps' \
+        mpi -x DARKNET_AMP_DIST_CHECK=often "$darknet" detector train "$out/same.data" "$out/same.cfg"
+    # one process, not launched by MPI: DARKNET_AMP_DIST takes 0 or 1 only
+    refused "DARKNET_AMP_DIST=yes" 'DARKNET_AMP_DIST=yes: expected 1' \
+        env DARKNET_AMP_DIST=yes "$darknet" detector train "$out/same.data" "$out/same.cfg"
+    refused "a launch without the MPI module" 'the MPI module cannot be loaded' \
+        mpi -x DARKNET_AMP_MPI_MODULE=/nonexistent/libdarknet_amp_mpi.so "$darknet" detector train \
+        "$out/same.data" "$out/same.cfg" ;;
 *) echo "usage: dist_train.sh equivalence|skip|save|refuse DARKNET MPIEXEC DATA_DIR CFG OUT"; exit 2 ;;
 esac
 [ "$fail" = 0 ] && echo "PASS" || echo "FAIL"

@@ -271,9 +271,10 @@ struct amp_net {
                                     (before scaling) was not finite, else 0 */
     long loss_element;           /* the first non-finite delta element found, or -1 */
     char loss_where[AMP_MSG_LEN]; /* the images of that batch, where darknet knows them */
+    char loss_cause[AMP_MSG_LEN]; /* its labels or its loss layer (amp_loss_cause), or "" */
     int step_iteration;          /* darknet's iteration of the step being decided ... */
-    char step_where[AMP_MSG_LEN]; /* ... and its loss_where: a device's outcome is settled
-                                     after the next batch has begun */
+    char step_where[AMP_MSG_LEN]; /* ... and its loss_where and loss_cause: a device's */
+    char step_cause[AMP_MSG_LEN]; /* outcome is settled after the next batch has begun */
     /* Steps skipped with the scale left alone (the scaler's state counts the
      * scale's updates: steps taken and skipped for a gradient overflow): for
      * a half layer's forward overflow, and for a non-finite loss that no half
@@ -336,6 +337,12 @@ int amp_param_sizes(const layer *l, size_t *weights, size_t *biases, size_t *sca
 /* The parameter gradients of every layer darknet updates, sub-layers' too. */
 amp_status amp_collect_tensors(amp_net *an, char *err, size_t errlen);
 void amp_describe_tensor(const amp_net *an, int k, char *out, size_t size);
+/* Why the loss of l (a yolo or region layer, its forward just run) is not
+ * finite when no layer before it made the first inf or NaN: a label of the
+ * batch that is not a box (a data problem), or valid labels and a finite
+ * input (the loss itself: FP32 training has it too). "" for other layer
+ * types (loss_cause.c). */
+void amp_loss_cause(const layer *l, const network *net, char *out, size_t size);
 /* What a training forward pass changes besides the parameters, of every
  * layer and sub-layer (amp_fwd_state): the batch-norm layers' rolling
  * statistics (a [batchnorm] layer's too) and the hidden states that gru and

@@ -147,6 +147,7 @@ void amp_dist_reduce(amp_net *an)
     if (hi[0] && !an->loss_bad) { /* another process's loss: named as the last layer's */
         an->loss_bad = an->net->n;
         snprintf(an->loss_where, sizeof an->loss_where, "another process's batch");
+        an->loss_cause[0] = 0;
     }
     if (lo[1] != ~0ULL && (!an->origin_overflow || an->origin_layer != (int)lo[1])) {
         an->origin_layer = (int)lo[1]; /* found by another process: its scan is not here */

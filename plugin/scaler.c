@@ -243,10 +243,11 @@ static void loss_skipped(amp_net *an, const amp_step_outcome *o)
                          ? ", whose parameters are not finite"
                          : "");
         fprintf(stderr,
-                "amp: step %llu skipped: non-finite loss in layer %d [%s] at iteration %d%s%s (a "
-                "data or model problem, not an overflow: the loss scale stays %g%s)\n",
+                "amp: step %llu skipped: non-finite loss in layer %d [%s] at iteration %d%s%s (%s, "
+                "not an overflow: the loss scale stays %g%s)\n",
                 o->seq, o->loss_layer, get_layer_string(l->type), an->step_iteration, sep,
-                an->step_where, o->batch_scale, origin);
+                an->step_where, an->step_cause[0] ? an->step_cause : "a data or model problem",
+                o->batch_scale, origin);
     }
     if (o->state) {
         s->state = *o->state; /* the device left it as it was */
@@ -267,10 +268,12 @@ static void loss_skipped(amp_net *an, const amp_step_outcome *o)
     else
         amp_net_fail(an, AMP_ERR_NONFINITE,
                      "amp: %ld consecutive steps skipped (amp_max_skips=%ld): the loss of layer "
-                     "%d [%s] is not finite, last at iteration %d%s%s; check the training data "
-                     "(labels) and the cost layer: the loss scale (%g) is not the cause",
+                     "%d [%s] is not finite, last at iteration %d%s%s; %s: the loss scale (%g) is "
+                     "not the cause",
                      an->loss_skips_in_row, s->opt.max_skips, o->loss_layer,
                      get_layer_string(l->type), an->step_iteration, sep, an->step_where,
+                     an->step_cause[0] ? an->step_cause
+                                       : "check the training data (labels) and the cost layer",
                      s->state.scale);
 }
 

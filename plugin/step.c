@@ -59,6 +59,7 @@ static void begin_batch(amp_net *an)
     an->loss_bad = 0;
     an->loss_element = -1;
     an->loss_where[0] = 0;
+    an->loss_cause[0] = 0;
     an->origin_layer = -1;
     an->origin_overflow = 0;
     an->ops->begin_batch(an);
@@ -105,6 +106,7 @@ static void begin_step(amp_net *an, int inside_update)
     /* what the step is decided on, kept until it is settled (amp_dist_reduce
      * may have added another process's) */
     memcpy(an->step_where, an->loss_where, sizeof an->step_where);
+    memcpy(an->step_cause, an->loss_cause, sizeof an->step_cause);
     an->step_origin = an->origin_layer;
     an->step_origin_scan = an->origin_scan;
     an->step_origin_overflow = an->origin_overflow;
@@ -218,6 +220,7 @@ static void wrap_forward(layer l, network net)
     if (!was_bad && an->loss_bad) {
         describe_loss_batch(an, &l);
         find_origin(an, al->index);
+        if (an->origin_layer < 0) amp_loss_cause(&l, &net, an->loss_cause, sizeof an->loss_cause);
     }
 }
 

@@ -4,7 +4,14 @@
  * backgrounds, written as uncompressed PNGs plus YOLO label files.
  *
  * Build: gcc -std=c99 -O2 -D_POSIX_C_SOURCE=200809L -o gen_dataset gen_dataset.c -lm
- * Usage: gen_dataset [--seed N] [--train 500] [--valid 100] [--size 128] OUTDIR
+ * Usage: gen_dataset [--seed N] [--train 500] [--valid 100] [--size 128] [--large] OUTDIR
+ *
+ * --large: objects from a quarter of the image to all of it on each side, of
+ * aspect ratios from 1:3 to 3:1 (ellipses, rectangles, stretched triangles;
+ * the class names stay), at most two an image: the boxes that the largest
+ * anchors of a cfg made for a bigger input learn from. Without it every
+ * object is 11-44% of the image and as wide as tall, and the output is what
+ * it always was.
  *
  * Pixels and labels are computed with integer arithmetic only, so the output
  * is byte-identical across compilers, libcs and CPUs.
@@ -211,8 +218,10 @@ struct object {
 static int shape_inside(const struct object *o, int lx, int ly)
 {
     int px = 2 * lx + 1, py = 2 * ly + 1, s = o->s;
-    if (o->cls == CLS_CIRCLE)
-        return (px - s) * (px - s) + (py - s) * (py - s) <= s * s;
+    if (o->cls == CLS_CIRCLE) { /* the ellipse inscribed in the s x h box */
+        long long dx = px - s, dy = py - o->h, w2 = (long long)s * s, h2 = (long long)o->h * o->h;
+        return dx * dx * h2 + dy * dy * w2 <= w2 * h2;
+    }
     if (o->cls == CLS_TRIANGLE) /* apex at top centre, base = full width */
         return abs(px - s) * 2 * o->h <= s * py;
     return 1;
@@ -317,11 +326,15 @@ static int overlaps_too_much(const struct object *a, const struct object *b)
     return ix > 0 && iy > 0 && 10L * ix * iy > MIN(ua, ub);
 }
 
-/* Draws up to MAX_OBJECTS shapes into img; returns how many were placed. */
-static int draw_objects(unsigned char *img, int size, uint64_t *rng, struct object *objs)
+/* Draws up to MAX_OBJECTS shapes into img (two with large); returns how many
+ * were placed. */
+static int draw_objects(unsigned char *img, int size, int large, uint64_t *rng,
+                        struct object *objs)
 {
     int smin = (14 * size + 64) / 128, smax = (56 * size + 64) / 128;
-    int want = rng_range(rng, 1, MAX_OBJECTS), n = 0;
+    if (large)
+        smin = (size + 3) / 4, smax = size;
+    int want = rng_range(rng, 1, large ? 2 : MAX_OBJECTS), n = 0;
     for (int k = 0; k < want; k++) {
         struct object o;
         int placed = 0;
@@ -330,6 +343,8 @@ static int draw_objects(unsigned char *img, int size, uint64_t *rng, struct obje
             o.s = rng_range(rng, smin, smax);
             /* equilateral-looking triangle: height = side * sqrt(3)/2 */
             o.h = o.cls == CLS_TRIANGLE ? (o.s * 866 + 500) / 1000 : o.s;
+            if (large) /* height of its own, 1:3 to 3:1 against the width */
+                o.h = rng_range(rng, MAX(smin, (o.s + 2) / 3), MIN(smax, 3 * o.s));
             o.x0 = rng_range(rng, 0, size - o.s);
             o.y0 = rng_range(rng, 0, size - o.h);
             /* label = rasterised extent, e.g. an even-width triangle has no
@@ -393,6 +408,7 @@ static int parse_num(const char *s, unsigned long long lo, unsigned long long hi
 int main(int argc, char **argv)
 {
     static const char *const opt[4] = {"--seed", "--train", "--valid", "--size"};
+    int large = 0;
     static const unsigned long long lo[4] = {0, 0, 0, 32};
     static const unsigned long long hi[4] = {ULLONG_MAX, MAX_COUNT, MAX_COUNT, 4096};
     unsigned long long val[4] = {1, 500, 100, 128}; /* defaults */
@@ -404,6 +420,8 @@ int main(int argc, char **argv)
             k++;
         if (k < 4)
             bad = !(i + 1 < argc && parse_num(argv[++i], lo[k], hi[k], &val[k]));
+        else if (strcmp(argv[i], "--large") == 0)
+            large = 1;
         else if (argv[i][0] != '-' && argv[i][0] != '\0' && !outdir)
             outdir = argv[i];
         else
@@ -411,7 +429,7 @@ int main(int argc, char **argv)
     }
     if (bad || !outdir) {
         fprintf(stderr, "usage: gen_dataset [--seed N] [--train 500] [--valid 100] "
-                        "[--size 128] OUTDIR\n");
+                        "[--size 128] [--large] OUTDIR\n");
         return 2;
     }
     long counts[2] = {(long)val[1], (long)val[2]}, total = 0;
@@ -452,7 +470,7 @@ int main(int argc, char **argv)
             uint64_t rng = mix64(mix64(mix64(seed) + (uint64_t)sp + 1) + (uint64_t)idx);
             struct object objs[MAX_OBJECTS];
             draw_background(img, sz, &rng);
-            int n = draw_objects(img, sz, &rng, objs);
+            int n = draw_objects(img, sz, large, &rng, objs);
             total += n;
             for (size_t i = 0; i < (size_t)sz * sz * 3; i += 3) {
                 uint64_t r = rng_next(&rng);

@@ -6,6 +6,8 @@
 # images (patch 0013: the one whose delta was not finite, or the batch's
 # first ones), every named image is in the training list; then amp_max_skips=2
 # such steps in a row stop the run with exit status 1 and the message.
+# The cause: the injected losses come from valid labels and a finite input
+# (the loss layer's own, said as FP32's too; the data side: loss_cause_test.c).
 #   loss_paths.sh DARKNET DATA_DIR CFG OUT      (CFG: amp=1, float16, 3 iterations)
 set -u
 darknet=$1 data_dir=$2 cfg=$3 out=$4
@@ -23,8 +25,10 @@ rc=$?
 [ $rc -eq 0 ] && ok "the run went on after the skipped steps" || bad "exit $rc: $(tail -n 2 "$out/a.err")"
 l2=$(grep "amp: step 2 skipped: non-finite loss in layer $yolo1 \[yolo\] at iteration 2, image " "$out/a.err")
 [ -n "$l2" ] && ok "step 2: $l2" || bad "step 2 not reported as a non-finite loss with its image: $(grep 'amp: step 2' "$out/a.err")"
-img=$(echo "$l2" | sed -n 's/.*, image \([^ ]*\) (a data.*/\1/p')
+img=$(echo "$l2" | sed -n 's/.*, image \([^ ]*\) (.*/\1/p')
 [ -n "$img" ] && grep -qxF "$img" "$list" && ok "the image named is in the training list" || bad "image '$img' is not in $list"
+echo "$l2" | grep -q "(the loss layer's own, FP32 training has it too: valid labels, a finite input (largest magnitude [0-9.e+]*), a float32 loss" \
+    && ok "the cause: the loss layer's own (valid labels, finite input)" || bad "step 2's cause: $l2"
 l3=$(grep "amp: step 3 skipped: non-finite loss in layer $yolo2 \[yolo\] at iteration 3, batch of 8 images: " "$out/a.err")
 [ -n "$l3" ] && ok "step 3: $(echo "$l3" | cut -c1-200)..." || bad "step 3 not reported: $(grep 'amp: step 3' "$out/a.err")"
 n=0
@@ -53,4 +57,5 @@ rc=$?
 msg=$(grep "amp_max_skips=2): the loss of layer $yolo1 \[yolo\] is not finite" "$out/b.err")
 [ $rc -eq 1 ] && [ -n "$msg" ] && ok "amp_max_skips=2 stopped the run (exit 1): $msg" \
     || bad "amp_max_skips: exit $rc, $(tail -n 2 "$out/b.err")"
+
 verdict "non-finite loss"

@@ -121,7 +121,12 @@ int amp_cli_command(int *argc, char **argv, int *status)
 {
     cli.program = 1;
     cli.start = cli.last = now();
-    if (strcmp(argv[1], "amp") != 0) return take_options(argc, argv, status);
+    if (strcmp(argv[1], "amp") != 0) {
+        if (take_options(argc, argv, status)) return 1;
+        if (*argc >= 3 && !strcmp(argv[1], "detector") && !strcmp(argv[2], "map"))
+            return amp_cli_detector_map(*argc, argv, status);
+        return 0;
+    }
     if (*argc != 4 || strcmp(argv[2], "show") != 0) {
         fprintf(stderr, "usage: %s amp show FILE.weights.amp (or FILE.weights)\n", argv[0]);
         *status = 2;
@@ -388,9 +393,9 @@ static double map_due(network *net, const darknet_train_progress *p)
     const int loaded = load_weights_checked(cli.map_net, tmp, 0, cli.map_net->n, err, sizeof err);
     darknet_set_hooks(h);
     amp_map_result r;
+    const amp_map_options o = {MAP_THRESH, 0.5f, 0};
     if (loaded != 0 ||
-        amp_detector_map(cli.map_net, cli.valid, cli.nvalid, MAP_THRESH, &r, err, sizeof err) !=
-            AMP_OK) {
+        amp_detector_map(cli.map_net, cli.valid, cli.nvalid, &o, &r, err, sizeof err) != AMP_OK) {
         remove(tmp);
         map_stop(err);
         return -1;

@@ -33,6 +33,10 @@
  * message on stderr when one of them is malformed. */
 int amp_cli_command(int *argc, char **argv, int *status);
 
+/* `detector map DATA CFG WEIGHTS [options]` (cli_map.c), argv with the
+ * program's options taken out: returns 1 with *status its exit status. */
+int amp_cli_detector_map(int argc, char **argv, int *status);
+
 /* The program's -amp (set 0 without one, and outside the program). */
 const amp_net_override *amp_cli_override(void);
 

@@ -97,12 +97,13 @@ static int by_score(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-/* Area under the precision/recall curve, precision made monotone from the
- * right; -1 when out of memory. */
-static double average_precision(const scored *d, int n, int cls, int positives)
+/* Precision made monotone from the right, then the area under the
+ * precision/recall curve, or the mean over points recalls (0, 1/(points-1),
+ * ..., 1) of the precision at that recall or beyond; -1 when out of memory. */
+double amp_map_ap(const unsigned char *matched, int n, int positives, int points)
 {
     double *prec = malloc((n + 1) * sizeof *prec), *rec = malloc((n + 1) * sizeof *rec);
-    int tp = 0, fp = 0, m = 0;
+    int tp = 0;
     double ap = 0;
     if (!prec || !rec) {
         free(prec);
@@ -110,17 +111,38 @@ static double average_precision(const scored *d, int n, int cls, int positives)
         return -1;
     }
     for (int i = 0; i < n; ++i) {
-        if (d[i].cls != cls) continue;
-        if (d[i].truth >= 0) ++tp; else ++fp;
-        prec[m] = (double)tp / (tp + fp);
-        rec[m] = positives ? (double)tp / positives : 0;
-        ++m;
+        tp += matched[i] != 0;
+        prec[i] = (double)tp / (i + 1);
+        rec[i] = positives ? (double)tp / positives : 0;
     }
-    for (int i = m - 2; i >= 0; --i)
+    for (int i = n - 2; i >= 0; --i)
         if (prec[i] < prec[i + 1]) prec[i] = prec[i + 1];
-    for (int i = 0; i < m; ++i) ap += (rec[i] - (i ? rec[i - 1] : 0)) * prec[i];
+    if (points > 1) {
+        int i = 0;
+        for (int k = 0; k < points; ++k) {
+            const double r = (double)k / (points - 1);
+            while (i < n && rec[i] < r - 1e-12) ++i; /* the first point at recall >= r */
+            ap += i < n ? prec[i] : 0;
+        }
+        ap /= points;
+    } else {
+        for (int i = 0; i < n; ++i) ap += (rec[i] - (i ? rec[i - 1] : 0)) * prec[i];
+    }
     free(prec);
     free(rec);
+    return ap;
+}
+
+/* One class's AP over the detections d (sorted by score); -1: out of memory. */
+static double class_ap(const scored *d, int n, int cls, int positives, int points)
+{
+    unsigned char *m = malloc(n + 1);
+    int k = 0;
+    if (!m) return -1;
+    for (int i = 0; i < n; ++i)
+        if (d[i].cls == cls) m[k++] = d[i].truth >= 0;
+    const double ap = amp_map_ap(m, k, positives, points);
+    free(m);
     return ap;
 }
 
@@ -128,14 +150,16 @@ void amp_map_result_free(amp_map_result *r)
 {
     free(r->ap);
     free(r->positives);
+    free(r->tp_class);
+    free(r->fp_class);
     r->ap = NULL;
-    r->positives = NULL;
+    r->positives = r->tp_class = r->fp_class = NULL;
 }
 
 /* One image's detections into *dets, matched against its truth. */
-static amp_status eval_image(network *net, const char *path, int index, int classes, float thresh,
-                             scored **dets, int *ndets, int *cap, amp_map_result *r, int *found,
-                             int *kept, double *iou_sum, char *err, size_t errlen)
+static amp_status eval_image(network *net, const char *path, int index, int classes,
+                             const amp_map_options *o, scored **dets, int *ndets, int *cap,
+                             amp_map_result *r, double *iou_sum, char *err, size_t errlen)
 {
     truth_box truth[MAX_TRUTH];
     int ntruth = read_truth(path, truth, MAX_TRUTH);
@@ -186,7 +210,7 @@ static amp_status eval_image(network *net, const char *path, int index, int clas
         for (int k = first; k < *ndets; ++k) {
             box b = d[v[k].truth].bbox; /* relative=1: already in 0..1 */
             int best = -1;
-            float best_iou = .5f;
+            float best_iou = o->iou_thresh;
             for (int t = 0; t < ntruth; ++t) {
                 if (truth[t].used || truth[t].cls != v[k].cls) continue;
                 float iou = box_iou(b, truth[t].b);
@@ -194,9 +218,13 @@ static amp_status eval_image(network *net, const char *path, int index, int clas
             }
             v[k].truth = best;
             if (best >= 0) truth[best].used = 1;
-            if (v[k].score >= thresh) {
-                ++*kept;
-                if (best >= 0) ++*found, *iou_sum += best_iou;
+            if (v[k].score >= o->thresh) {
+                if (best >= 0) {
+                    ++r->tp, ++r->tp_class[v[k].cls];
+                    *iou_sum += best_iou;
+                } else {
+                    ++r->fp, ++r->fp_class[v[k].cls];
+                }
             }
         }
     }
@@ -206,7 +234,7 @@ static amp_status eval_image(network *net, const char *path, int index, int clas
     return st;
 }
 
-amp_status amp_detector_map(network *net, char **images, int nimages, float thresh,
+amp_status amp_detector_map(network *net, char **images, int nimages, const amp_map_options *o,
                             amp_map_result *r, char *err, size_t errlen)
 {
     memset(r, 0, sizeof *r);
@@ -220,21 +248,23 @@ amp_status amp_detector_map(network *net, char **images, int nimages, float thre
     r->images = nimages;
     r->ap = calloc(classes, sizeof *r->ap);
     r->positives = calloc(classes, sizeof *r->positives);
-    if (!r->ap || !r->positives) {
+    r->tp_class = calloc(classes, sizeof *r->tp_class);
+    r->fp_class = calloc(classes, sizeof *r->fp_class);
+    if (!r->ap || !r->positives || !r->tp_class || !r->fp_class) {
         amp_map_result_free(r);
         AMP_RETURN_ERROR(AMP_ERR_NOMEM, err, errlen, "amp_detector_map: out of memory");
     }
     scored *dets = NULL;
-    int ndets = 0, cap = 0, found = 0, kept = 0;
+    int ndets = 0, cap = 0;
     double iou_sum = 0;
     amp_status st = AMP_OK;
     for (int i = 0; i < nimages && st == AMP_OK; ++i)
-        st = eval_image(net, images[i], i, classes, thresh, &dets, &ndets, &cap, r, &found, &kept,
-                        &iou_sum, err, errlen);
+        st = eval_image(net, images[i], i, classes, o, &dets, &ndets, &cap, r, &iou_sum, err,
+                        errlen);
     if (st == AMP_OK) {
         qsort(dets, ndets, sizeof *dets, by_score);
         for (int c = 0; c < classes && st == AMP_OK; ++c) {
-            r->ap[c] = average_precision(dets, ndets, c, r->positives[c]);
+            r->ap[c] = class_ap(dets, ndets, c, r->positives[c], o->points);
             if (r->ap[c] < 0) {
                 amp_errorf(err, errlen, "amp_detector_map: out of memory");
                 st = AMP_ERR_NOMEM;
@@ -242,9 +272,10 @@ amp_status amp_detector_map(network *net, char **images, int nimages, float thre
             r->map50 += r->ap[c];
         }
         r->map50 /= classes;
-        r->recall = r->objects ? (double)found / r->objects : 0;
-        r->precision = kept ? (double)found / kept : 0;
-        r->mean_iou = found ? iou_sum / found : 0;
+        r->fn = r->objects - r->tp;
+        r->recall = r->objects ? (double)r->tp / r->objects : 0;
+        r->precision = r->tp + r->fp ? (double)r->tp / (r->tp + r->fp) : 0;
+        r->mean_iou = r->tp ? iou_sum / r->tp : 0;
     }
     free(dets);
     if (st != AMP_OK) amp_map_result_free(r);

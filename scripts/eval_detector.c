@@ -42,7 +42,8 @@ int main(int argc, char **argv)
     load_weights(net, argv[2]);
     set_batch_network(net, 1);
     amp_map_result r;
-    if (amp_detector_map(net, images, nimages, thresh, &r, err, sizeof err) != AMP_OK) {
+    const amp_map_options o = {thresh, 0.5f, 0};
+    if (amp_detector_map(net, images, nimages, &o, &r, err, sizeof err) != AMP_OK) {
         fprintf(stderr, "eval_detector: %s\n", err);
         return 1;
     }

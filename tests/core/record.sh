@@ -6,7 +6,8 @@
 #   and skipped steps equal to the progress lines'; wall time never going
 #   back; map50 at iterations 50, 100 and 120 only, equal to the "map:" lines
 #   and, at 100, to eval_detector's figure on <cfg>_100.weights (the same
-#   evaluation); <cfg>_best.weights the weights of the best of them;
+#   evaluation) and to `darknet-amp detector map`'s on them;
+#   <cfg>_best.weights the weights of the best of them;
 # - run 2, resumed from <cfg>_100.weights to 130: rows 1-100 kept as they
 #   were, run 1's 101-120 dropped, a "# resumed" line, rows 101-130, wall
 #   time continued;
@@ -68,6 +69,21 @@ ev=$(sed -n 's/^eval: map50=\([0-9.]*\) .*/\1/p' "$out/eval100.txt")
 rec=$(awk -F'\t' '$1 == 100 { printf "%.4f", $9 }' "$record") # at eval_detector's precision
 [ -n "$ev" ] && [ "$ev" = "$rec" ] && ok "-map at 100 ($rec) equals eval_detector on rec_100.weights ($ev)" \
     || bad "-map at 100 ($rec) and eval_detector on rec_100.weights (${ev:-failed}) differ"
+# `darknet-amp detector map` on the same weights: the same figure, to the
+# record's 6 decimals; a line per class; TP + FN every object of the labels.
+"$darknet" detector map "$out/s.data" "$out/rec.cfg" "$out/backup/rec_100.weights" -nogpu \
+    > "$out/map100.txt" 2> "$out/map100.err"
+rc=$?
+dm=$(sed -n 's/^ mean average precision (mAP@0.50) = \([0-9.]*\),.*/\1/p' "$out/map100.txt")
+rec6=$(awk -F'\t' '$1 == 100 { print $9 }' "$record")
+[ $rc -eq 0 ] && [ -n "$dm" ] && [ "$dm" = "$rec6" ] \
+    && ok "detector map on rec_100.weights: mAP@0.50 $dm, the record's $rec6 at 100" \
+    || bad "detector map (exit $rc): '${dm:-$(tail -n 1 "$out/map100.err")}', the record's $rec6 at 100"
+objects=$(sed 's|/images/|/labels/|; s|\.png$|.txt|' "$data_dir/valid.txt" | xargs cat | grep -c .)
+tpfn=$(sed -n 's/.*TP = \([0-9]*\), FP = [0-9]*, FN = \([0-9]*\),.*/\1 + \2/p' "$out/map100.txt")
+[ "$(grep -c '^class_id = ' "$out/map100.txt")" -eq 3 ] && [ -n "$tpfn" ] && [ $(($tpfn)) -eq "$objects" ] \
+    && ok "detector map: 3 class lines, TP + FN = $tpfn = the $objects objects of the validation labels" \
+    || bad "detector map: $(grep -c '^class_id = ' "$out/map100.txt") class lines, TP + FN '$tpfn', $objects objects"
 best=$(awk -F'\t' '!/^#/ && $9 != "NaN" && $9 + 0 > b + 0 { b = $9; i = $1 } END { print i }' "$record")
 case $best in
 100) want=$out/backup/rec_100.weights ;;

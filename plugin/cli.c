@@ -31,6 +31,7 @@ static struct {
     amp_net_override amp;
     char amp_written[64];
     int banner_said, conflict_said;
+    int ignored_said[3]; /* -dont_show, -show_imgs, -mjpeg_port said */
     double start; /* when the program started */
     /* -map */
     int map, map_every, map_failed;
@@ -108,6 +109,16 @@ static int take_options(int *argc, char **argv, int *status)
             cli.map = map_seen = 1;
             cli.map_every = (int)n;
             take(argc, argv, i, 2);
+        } else if (!strcmp(argv[i], "-dont_show") || !strcmp(argv[i], "-show_imgs") ||
+                   !strcmp(argv[i], "-mjpeg_port")) {
+            /* the forks' display options: nothing here to turn off */
+            const int port = argv[i][1] == 'm';
+            if (port && i + 1 >= *argc)
+                return bad_option(status, argv[0], "-mjpeg_port needs a port number%s", NULL);
+            if (!cli.ignored_said[port ? 2 : argv[i][1] == 'd' ? 0 : 1]++)
+                fprintf(stderr, "%s: %s accepted: this darknet opens no windows and serves no "
+                                "stream, so it changes nothing\n", argv[0], argv[i]);
+            take(argc, argv, i, port ? 2 : 1);
         } else {
             ++i;
         }
@@ -117,13 +128,29 @@ static int take_options(int *argc, char **argv, int *status)
     return 0;
 }
 
+static const char *build_kind(void)
+{
+#ifdef GPU
+    return "CUDA build";
+#else
+    return "CPU build";
+#endif
+}
+
 int amp_cli_command(int *argc, char **argv, int *status)
 {
     cli.program = 1;
     cli.start = cli.last = now();
+    if (*argc == 2 && !strcmp(argv[1], "--version")) {
+        printf("darknet-amp %s (darknet %s with %d patches; %s)\n", AMP_VERSION,
+               AMP_DARKNET_VERSION, AMP_PATCHES, build_kind());
+        *status = 0;
+        return 1;
+    }
+    if (*argc >= 2 && strcmp(argv[1], "amp") != 0 && take_options(argc, argv, status)) return 1;
+    if (amp_cli_check_command(*argc, argv, status)) return 1;
     if (strcmp(argv[1], "amp") != 0) {
-        if (take_options(argc, argv, status)) return 1;
-        if (*argc >= 3 && !strcmp(argv[1], "detector") && !strcmp(argv[2], "map"))
+        if (!strcmp(argv[1], "detector") && !strcmp(argv[2], "map"))
             return amp_cli_detector_map(*argc, argv, status);
         return 0;
     }
@@ -185,7 +212,7 @@ void amp_cli_net_read(const network *net, const char *cfgfile, int enabled, amp_
     }
 #else
     (void)net;
-    snprintf(where, sizeof where, "CPU build");
+    snprintf(where, sizeof where, "%s", build_kind());
 #endif
     fprintf(stderr, "darknet-amp %s (darknet %s with %d patches; %s): ", AMP_VERSION,
             AMP_DARKNET_VERSION, AMP_PATCHES, where);

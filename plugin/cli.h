@@ -33,6 +33,13 @@
  * message on stderr when one of them is malformed. */
 int amp_cli_command(int *argc, char **argv, int *status);
 
+/* darknet-amp with no command, -h, --help or help: the commands and options
+ * (stdout for a request, stderr and *status 2 otherwise); an unknown command,
+ * a family's unknown subcommand or one without its arguments: refused with
+ * the list of what exists and *status 2. Returns 1 when it answered, 0 when
+ * darknet (or the program) runs the command (cli_help.c). */
+int amp_cli_check_command(int argc, char **argv, int *status);
+
 /* `detector map DATA CFG WEIGHTS [options]` (cli_map.c), argv with the
  * program's options taken out: returns 1 with *status its exit status. */
 int amp_cli_detector_map(int argc, char **argv, int *status);

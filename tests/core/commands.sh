@@ -1,0 +1,60 @@
+#!/bin/sh
+# The command lines darknet users type, each with its exit status and message
+# checked (plugin/cli_help.c, cli_map.c, cli.c):
+# - no command: the help on stderr, exit 2; -h, --help: the help on stdout
+#   (detector map, the -amp options), exit 0; --version: the start-up line's
+#   version part, exit 0;
+# - an unknown command (a typo), a family's unknown subcommand, a family
+#   without a subcommand, a subcommand without its arguments: refused with
+#   exit 2 and the list of what exists;
+# - detector map without its arguments (2, usage), with a data file that is
+#   not there (1, named), with an unknown option (2); its figures are checked
+#   by integration.record;
+# - -dont_show, -show_imgs and -mjpeg_port N: accepted and said once,
+#   training runs; darknet's own commands (ops) run as before.
+#   commands.sh DARKNET DATA_DIR CFG OUT     (CFG: a short training cfg)
+set -u
+darknet=$1 data_dir=$2 cfg=$3 out=$4
+rm -rf "$out" && mkdir -p "$out/backup"
+. "$(dirname "$0")/../lib.sh" # ok, bad, verdict, shapes_data
+shapes_data "$data_dir" "$out/backup" "$out"
+n=0
+# expect STATUS STREAM PATTERN ARGS...: one command line, its exit status and
+# a line of its stdout or stderr matching PATTERN (grep -E)
+expect() {
+    want=$1 stream=$2 pattern=$3
+    shift 3
+    n=$((n + 1))
+    "$darknet" "$@" > "$out/$n.out" 2> "$out/$n.err"
+    rc=$?
+    f=$out/$n.$stream
+    line=$(grep -E -m 1 -e "$pattern" "$f")
+    [ $rc -eq "$want" ] && [ -n "$line" ] && ok "darknet-amp $*: exit $rc, $stream: $(echo "$line" | cut -c1-150)" \
+        || bad "darknet-amp $*: exit $rc (expected $want), $stream without /$pattern/: $(head -c 300 "$f")"
+}
+
+expect 2 err "^usage: .* COMMAND \.\.\.: darknet's commands"
+expect 0 out "detector map DATA CFG WEIGHTS" --help
+expect 0 out "^  -amp bfloat16\|float16\|float32\|1\|0" -h
+expect 0 out "^darknet-amp [0-9][^ ]* \(darknet [^ ]+ with [0-9]+ patches; (CPU|CUDA) build\)$" --version
+expect 2 err "unknown command 'detectr'" detectr train "$out/s.data" "$cfg"
+expect 2 err "^the commands: detector classifier .* partial" detectr train "$out/s.data" "$cfg"
+expect 2 err "detector: unknown subcommand 'calc_anchors'; the subcommands: train test valid valid2 recall demo map$" \
+    detector calc_anchors "$out/s.data" -num_of_clusters 6 -width 416 -height 416
+expect 2 err "classifier needs a subcommand: predict " classifier
+expect 2 err "detector train needs its arguments" detector train
+expect 2 err "detector map: needs DATA, CFG and WEIGHTS" detector map "$out/s.data" "$cfg"
+expect 1 err "detector map: $out/none.data: cannot read the data file" detector map "$out/none.data" "$cfg" w
+expect 2 err "detector map: unknown option -bogus" detector map "$out/s.data" "$cfg" w -bogus
+expect 0 out "Floating Point Operations: " ops "$cfg"
+
+# The display options of other forks: accepted, each said once, training runs.
+DARKNET_SEED=1 "$darknet" detector train "$out/s.data" "$cfg" -dont_show -nogpu -mjpeg_port 8090 \
+    -show_imgs -dont_show > "$out/train.log" 2> "$out/train.err"
+rc=$?
+said=$(grep -c "accepted: this darknet opens no windows" "$out/train.err")
+iters=$(grep -cE '^ *[0-9]+: ' "$out/train.log")
+[ $rc -eq 0 ] && [ "$said" -eq 3 ] && [ "$iters" -gt 0 ] \
+    && ok "-dont_show (twice), -mjpeg_port 8090, -show_imgs: said once each ($said lines), $iters iterations, exit 0" \
+    || bad "display options: exit $rc, $said lines said (expected 3), $iters iterations: $(tail -n 2 "$out/train.err")"
+verdict "the command lines darknet users type"

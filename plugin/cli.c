@@ -152,6 +152,8 @@ int amp_cli_command(int *argc, char **argv, int *status)
     if (strcmp(argv[1], "amp") != 0) {
         if (!strcmp(argv[1], "detector") && !strcmp(argv[2], "map"))
             return amp_cli_detector_map(*argc, argv, status);
+        if (!strcmp(argv[1], "detector") && !strcmp(argv[2], "calc_anchors"))
+            return amp_cli_calc_anchors(*argc, argv, status);
         return 0;
     }
     if (*argc != 4 || strcmp(argv[2], "show") != 0) {

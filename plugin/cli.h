@@ -44,6 +44,10 @@ int amp_cli_check_command(int argc, char **argv, int *status);
  * program's options taken out: returns 1 with *status its exit status. */
 int amp_cli_detector_map(int argc, char **argv, int *status);
 
+/* `detector calc_anchors DATA -num_of_clusters N -width W -height H`
+ * (cli_anchors.c): returns 1 with *status its exit status. */
+int amp_cli_calc_anchors(int argc, char **argv, int *status);
+
 /* The program's -amp (set 0 without one, and outside the program). */
 const amp_net_override *amp_cli_override(void);
 

@@ -5,7 +5,7 @@
  * script takes for success; here each is refused with exit status 2 and the
  * list of what exists. The lists are darknet's own dispatch
  * (examples/darknet.c, and each family's run_* function), plus the program's
- * `detector map` and `amp show`. */
+ * `detector map`, `detector calc_anchors` and `amp show`. */
 #include "cli.h"
 
 #include <stdio.h>
@@ -17,7 +17,7 @@ typedef struct {
 
 /* Commands that take a subcommand (argv[2]), and what follows it. */
 static const family families[] = {
-    {"detector", "train test valid valid2 recall demo map", "DATA CFG [WEIGHTS]"},
+    {"detector", "train test valid valid2 recall demo map calc_anchors", "DATA CFG [WEIGHTS]"},
     {"classifier",
      "predict fout try train demo gun threat test csv label valid validmulti valid10 validcrop "
      "validfull",
@@ -58,6 +58,7 @@ static void help(FILE *f, const char *prog)
             "Train and check a detector (docs/training.md):\n"
             "  %s detector train DATA CFG [WEIGHTS] [-amp DTYPE] [-map] [-map_every N] [-gpus 0] [-nogpu] [-clear]\n"
             "  %s detector map DATA CFG WEIGHTS [-thresh 0.25] [-iou_thresh 0.5] [-points 0|11|101]\n"
+            "  %s detector calc_anchors DATA -num_of_clusters N -width W -height H\n"
             "  %s detector test DATA CFG WEIGHTS [IMAGE] [-thresh 0.5]\n"
             "  %s detector valid|valid2|recall|demo DATA CFG WEIGHTS\n"
             "  %s partial CFG WEIGHTS OUTPUT N     the first N layers' weights, to start from\n"
@@ -71,7 +72,7 @@ static void help(FILE *f, const char *prog)
             "\n"
             "darknet's other commands, unchanged:\n"
             "  ",
-            prog, prog, prog, prog, prog, prog, prog);
+            prog, prog, prog, prog, prog, prog, prog, prog);
     for (size_t i = 1; i + 1 < sizeof families / sizeof *families; ++i)
         fprintf(f, "%s ", families[i].name);
     fprintf(f, "(each: `%s NAME` lists its subcommands)\n  %s\n\n"

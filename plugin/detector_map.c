@@ -60,8 +60,7 @@ char **amp_map_read_lines(const char *path, int *count, char *err, size_t errlen
     return v;
 }
 
-/* The label file darknet's training reads for img (fill_truth_detection). */
-static void label_path(const char *img, char *out)
+void amp_map_label_path(const char *img, char *out)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s", img);
@@ -79,7 +78,7 @@ static int read_truth(const char *img, truth_box *out, int max)
     char path[4096];
     int n = 0, cls;
     float x, y, w, h;
-    label_path(img, path);
+    amp_map_label_path(img, path);
     FILE *f = fopen(path, "r");
     if (!f) return -1;
     while (n < max && fscanf(f, "%d %f %f %f %f", &cls, &x, &y, &w, &h) == 5) {
@@ -164,7 +163,7 @@ static amp_status eval_image(network *net, const char *path, int index, int clas
     truth_box truth[MAX_TRUTH];
     int ntruth = read_truth(path, truth, MAX_TRUTH);
     char labels[4096];
-    label_path(path, labels);
+    amp_map_label_path(path, labels);
     AMP_RETURN_ERROR_IF(ntruth < 0, AMP_ERR_IO, err, errlen,
                         "%s: no label file %s (darknet reads an image's labels there)", path,
                         labels);

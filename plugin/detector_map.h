@@ -45,6 +45,11 @@ double amp_map_ap(const unsigned char *matched, int n, int positives, int points
 char **amp_map_read_lines(const char *path, int *count, char *err, size_t errlen);
 void amp_map_free_lines(char **lines);
 
+/* The label file darknet's training reads for the image img (its path's
+ * "images" -> "labels", extension -> .txt; fill_truth_detection), into out
+ * (4096 bytes). */
+void amp_map_label_path(const char *img, char *out);
+
 /* Evaluates net (set to batch 1 by the caller) on images; r's arrays are
  * allocated here (amp_map_result_free). An image that cannot be read or has
  * no label file is an error naming it; nothing exits. */

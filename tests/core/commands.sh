@@ -10,6 +10,7 @@
 # - detector map without its arguments (2, usage), with a data file that is
 #   not there (1, named), with an unknown option (2); its figures are checked
 #   by integration.record;
+# - detector calc_anchors on labels of known shapes (below);
 # - -dont_show, -show_imgs and -mjpeg_port N: accepted and said once,
 #   training runs; darknet's own commands (ops) run as before.
 #   commands.sh DARKNET DATA_DIR CFG OUT     (CFG: a short training cfg)
@@ -39,14 +40,49 @@ expect 0 out "^  -amp bfloat16\|float16\|float32\|1\|0" -h
 expect 0 out "^darknet-amp [0-9][^ ]* \(darknet [^ ]+ with [0-9]+ patches; (CPU|CUDA) build\)$" --version
 expect 2 err "unknown command 'detectr'" detectr train "$out/s.data" "$cfg"
 expect 2 err "^the commands: detector classifier .* partial" detectr train "$out/s.data" "$cfg"
-expect 2 err "detector: unknown subcommand 'calc_anchors'; the subcommands: train test valid valid2 recall demo map$" \
-    detector calc_anchors "$out/s.data" -num_of_clusters 6 -width 416 -height 416
+expect 2 err "detector: unknown subcommand 'anchors'; the subcommands: train test valid valid2 recall demo map calc_anchors$" \
+    detector anchors "$out/s.data" -num_of_clusters 6 -width 416 -height 416
 expect 2 err "classifier needs a subcommand: predict " classifier
 expect 2 err "detector train needs its arguments" detector train
 expect 2 err "detector map: needs DATA, CFG and WEIGHTS" detector map "$out/s.data" "$cfg"
 expect 1 err "detector map: $out/none.data: cannot read the data file" detector map "$out/none.data" "$cfg" w
 expect 2 err "detector map: unknown option -bogus" detector map "$out/s.data" "$cfg" w -bogus
 expect 0 out "Floating Point Operations: " ops "$cfg"
+
+# calc_anchors on labels in three known clusters of shapes (0.1 x 0.1, 0.3 x
+# 0.5 and 0.8 x 0.6 of the image, each box within 0.005 of its cluster's):
+# at 416 x 416 the anchors are those shapes within 3%, by area, the mean IoU
+# above 95%; two runs print the same; a missing option (2) and a missing
+# label file (1) are refused, named.
+mkdir -p "$out/anch/labels"
+for i in 0 1 2 3 4 5 6 7 8 9; do
+    echo "$out/anch/images/img$i.png"
+    awk -v i=$i 'BEGIN { split("0.1 0.1 0.3 0.5 0.8 0.6", s, " ")
+        for (c = 0; c < 3; c++) for (j = 0; j < 3; j++) {
+            d = ((i * 7 + j * 3 + c) % 11 - 5) / 1000
+            printf "%d 0.5 0.5 %.4f %.4f\n", c, s[2 * c + 1] + d, s[2 * c + 2] - d } }' \
+        > "$out/anch/labels/img$i.txt"
+done > "$out/anch/train.txt"
+printf 'classes = 3\ntrain = %s\n' "$out/anch/train.txt" > "$out/anch/anch.data"
+expect 0 out "^anchors = " detector calc_anchors "$out/anch/anch.data" -num_of_clusters 3 -width 416 -height 416
+first=$n
+anchors=$(sed -n 's/^anchors = //p' "$out/$first.out")
+echo "$anchors" | tr -d ' ' | awk -F, '{
+    split("41.6 41.6 124.8 208 332.8 249.6", want, " ")
+    for (k = 1; k <= 6; k++) { e = ($k - want[k]) / want[k]; if (e < 0) e = -e; if (e > w) w = e }
+    exit !(NF == 6 && w <= 0.03) }' \
+    && ok "calc_anchors: $anchors, within 3% of 42,42, 125,208, 333,250" \
+    || bad "calc_anchors: '$anchors', expected within 3% of 42,42, 125,208, 333,250"
+iou=$(sed -n 's/^avg IoU = \([0-9.]*\) %.*/\1/p' "$out/$first.out")
+awk -v x="$iou" 'BEGIN { exit !(x > 95) }' && ok "calc_anchors: avg IoU $iou% > 95%" || bad "calc_anchors: avg IoU '$iou'"
+expect 0 out "^anchors = " detector calc_anchors "$out/anch/anch.data" -num_of_clusters 3 -width 416 -height 416
+cmp -s "$out/$first.out" "$out/$n.out" && ok "calc_anchors: a second run prints the same" \
+    || bad "calc_anchors: two runs differ: $(diff "$out/$first.out" "$out/$n.out" | head -n 4)"
+expect 2 err "calc_anchors: needs DATA, -num_of_clusters, -width and -height" \
+    detector calc_anchors "$out/anch/anch.data" -width 416 -height 416
+echo "$out/anch/images/none.png" >> "$out/anch/train.txt"
+expect 1 err "calc_anchors: $out/anch/images/none.png: no label file $out/anch/labels/none.txt" \
+    detector calc_anchors "$out/anch/anch.data" -num_of_clusters 3 -width 416 -height 416
 
 # The display options of other forks: accepted, each said once, training runs.
 DARKNET_SEED=1 "$darknet" detector train "$out/s.data" "$cfg" -dont_show -nogpu -mjpeg_port 8090 \

@@ -128,6 +128,35 @@ static int take_options(int *argc, char **argv, int *status)
     return 0;
 }
 
+int amp_cli_no_device(int argc, char **argv, int *status)
+{
+#ifdef GPU
+    int want = 0;
+    for (int i = 2; i < argc; ++i) {
+        if (!strcmp(argv[i], "-nogpu")) return 0;
+        if (!strcmp(argv[i], "-i") && i + 1 < argc) want = atoi(argv[i + 1]);
+    }
+    if (want < 0) return 0;
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e == cudaSuccess && want < count) return 0;
+    if (e != cudaSuccess)
+        fprintf(stderr, "%s: this CUDA build finds no usable GPU: CUDA reports \"%s\" (%s); "
+                        "train and run on the CPU with -nogpu, or use the CPU build "
+                        "(docs/gpu.md)\n",
+                argv[0], cudaGetErrorString(e), cudaGetErrorName(e));
+    else
+        fprintf(stderr, "%s: GPU %d asked for (-i), but CUDA finds %d; -i 0 to %d, or -nogpu "
+                        "for the CPU\n",
+                argv[0], want, count, count - 1);
+    *status = 1;
+    return 1;
+#else
+    (void)argc, (void)argv, (void)status;
+    return 0;
+#endif
+}
+
 static const char *build_kind(void)
 {
 #ifdef GPU
@@ -150,8 +179,11 @@ int amp_cli_command(int *argc, char **argv, int *status)
     if (*argc >= 2 && strcmp(argv[1], "amp") != 0 && take_options(argc, argv, status)) return 1;
     if (amp_cli_check_command(*argc, argv, status)) return 1;
     if (strcmp(argv[1], "amp") != 0) {
-        if (!strcmp(argv[1], "detector") && !strcmp(argv[2], "map"))
+        const int detector = !strcmp(argv[1], "detector");
+        if (detector && !strcmp(argv[2], "map")) /* checks the device after its arguments */
             return amp_cli_detector_map(*argc, argv, status);
+        const int needs_device = !detector || strcmp(argv[2], "calc_anchors") != 0;
+        if (needs_device && amp_cli_no_device(*argc, argv, status)) return 1;
         if (!strcmp(argv[1], "detector") && !strcmp(argv[2], "calc_anchors"))
             return amp_cli_calc_anchors(*argc, argv, status);
         return 0;

@@ -44,6 +44,13 @@ int amp_cli_check_command(int argc, char **argv, int *status);
  * program's options taken out: returns 1 with *status its exit status. */
 int amp_cli_detector_map(int argc, char **argv, int *status);
 
+/* A CUDA build's darknet selects a device before any command (-i N, default
+ * 0) unless -nogpu, and a CUDA error there is an assertion. Where CUDA finds
+ * no usable device (a login node, a laptop) or not the one asked for, says
+ * what CUDA reported and what to do instead, and returns 1 with *status 1;
+ * 0 in a CPU build, with -nogpu, or when the device is there. */
+int amp_cli_no_device(int argc, char **argv, int *status);
+
 /* `detector calc_anchors DATA -num_of_clusters N -width W -height H`
  * (cli_anchors.c): returns 1 with *status its exit status. */
 int amp_cli_calc_anchors(int argc, char **argv, int *status);

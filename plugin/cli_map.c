@@ -104,6 +104,7 @@ int amp_cli_detector_map(int argc, char **argv, int *status)
         }
     }
     if (npos < 3) return usage(prog, "needs DATA, CFG and WEIGHTS%s", "", status);
+    if (amp_cli_no_device(argc, argv, status)) return 1;
 
     char err[AMP_MSG_LEN], what[AMP_MSG_LEN + 64];
     FILE *probe = fopen(pos[0], "r"); /* darknet's reader exits on a missing file */

@@ -45,9 +45,9 @@ expect 2 err "detector: unknown subcommand 'anchors'; the subcommands: train tes
 expect 2 err "classifier needs a subcommand: predict " classifier
 expect 2 err "detector train needs its arguments" detector train
 expect 2 err "detector map: needs DATA, CFG and WEIGHTS" detector map "$out/s.data" "$cfg"
-expect 1 err "detector map: $out/none.data: cannot read the data file" detector map "$out/none.data" "$cfg" w
+expect 1 err "detector map: $out/none.data: cannot read the data file" detector map "$out/none.data" "$cfg" w -nogpu
 expect 2 err "detector map: unknown option -bogus" detector map "$out/s.data" "$cfg" w -bogus
-expect 0 out "Floating Point Operations: " ops "$cfg"
+expect 0 out "Floating Point Operations: " ops "$cfg" -nogpu
 
 # calc_anchors on labels in three known clusters of shapes (0.1 x 0.1, 0.3 x
 # 0.5 and 0.8 x 0.6 of the image, each box within 0.005 of its cluster's):

@@ -40,6 +40,11 @@ int amp_cli_command(int *argc, char **argv, int *status);
  * darknet (or the program) runs the command (cli_help.c). */
 int amp_cli_check_command(int argc, char **argv, int *status);
 
+/* "PROG: COMMAND: " fmt (with arg) on stderr, then "usage: PROG USAGE" where
+ * usage is not NULL; *status = code; returns 1 (the commands' refusals). */
+int amp_cli_refuse(int *status, int code, const char *prog, const char *command,
+                   const char *usage, const char *fmt, const char *arg);
+
 /* `detector map DATA CFG WEIGHTS [options]` (cli_map.c), argv with the
  * program's options taken out: returns 1 with *status its exit status. */
 int amp_cli_detector_map(int argc, char **argv, int *status);

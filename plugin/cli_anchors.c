@@ -131,19 +131,15 @@ static int by_area(const void *x, const void *y)
 
 static int usage(const char *prog, const char *why, const char *arg, int *status)
 {
-    fprintf(stderr, "%s: detector calc_anchors: ", prog);
-    fprintf(stderr, why, arg);
-    fprintf(stderr, "\nusage: %s detector calc_anchors DATA -num_of_clusters N -width W -height H "
-                    "[-seed 1]\n", prog);
-    *status = 2;
-    return 1;
+    return amp_cli_refuse(status, 2, prog, "detector calc_anchors",
+                          "detector calc_anchors DATA -num_of_clusters N -width W -height H "
+                          "[-seed 1]",
+                          why, arg);
 }
 
 static int fail(const char *prog, const char *what, int *status)
 {
-    fprintf(stderr, "%s: detector calc_anchors: %s\n", prog, what);
-    *status = 1;
-    return 1;
+    return amp_cli_refuse(status, 1, prog, "detector calc_anchors", NULL, "%s", what);
 }
 
 /* Every label box of the images' label files, in network pixels. */
@@ -196,7 +192,7 @@ int amp_cli_calc_anchors(int argc, char **argv, int *status)
             const char *s = i + 1 < argc ? argv[++i] : "";
             *v = strtol(s, &end, 10);
             if (!*s || *end || *v < (v == &seed ? 0 : 1) || *v > 100000)
-                return usage(prog, "%s needs a whole number >= 1", a, status);
+                return usage(prog, "%s needs a whole number (>= 1; -seed: >= 0)", a, status);
         } else if (a[0] == '-' && a[1]) {
             return usage(prog, "unknown option %s", a, status);
         } else if (!datacfg) {

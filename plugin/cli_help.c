@@ -41,6 +41,17 @@ static const char *const singles =
     "average detect classify art 3d test nightmare rgbgr reset denormalize statistics normalize "
     "rescale ops speed oneoff oneoff2 print partial visualize mkimg imtest";
 
+int amp_cli_refuse(int *status, int code, const char *prog, const char *command,
+                   const char *usage, const char *fmt, const char *arg)
+{
+    fprintf(stderr, "%s: %s: ", prog, command);
+    fprintf(stderr, fmt, arg ? arg : "");
+    fputc('\n', stderr);
+    if (usage) fprintf(stderr, "usage: %s %s\n", prog, usage);
+    *status = code;
+    return 1;
+}
+
 /* Whether word is one of the space-separated words of words. */
 static int listed(const char *words, const char *word)
 {

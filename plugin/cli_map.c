@@ -21,14 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define USAGE "detector map DATA CFG WEIGHTS [-thresh 0.25] [-iou_thresh 0.5] " \
+              "[-points 0|11|101] [-amp DTYPE] [-nogpu]"
+
 static int usage(const char *prog, const char *why, const char *arg, int *status)
 {
-    fprintf(stderr, "%s: detector map: ", prog);
-    fprintf(stderr, why, arg);
-    fprintf(stderr, "\nusage: %s detector map DATA CFG WEIGHTS [-thresh 0.25] [-iou_thresh 0.5] "
-                    "[-points 0|11|101] [-amp DTYPE] [-nogpu]\n", prog);
-    *status = 2;
-    return 1;
+    return amp_cli_refuse(status, 2, prog, "detector map", USAGE, why, arg);
 }
 
 static int number(const char *s, double lo, double hi, double *out)
@@ -42,9 +40,7 @@ static int number(const char *s, double lo, double hi, double *out)
 
 static int fail(const char *prog, const char *what, int *status)
 {
-    fprintf(stderr, "%s: detector map: %s\n", prog, what);
-    *status = 1;
-    return 1;
+    return amp_cli_refuse(status, 1, prog, "detector map", NULL, "%s", what);
 }
 
 static void print_result(const amp_map_result *r, const amp_map_options *o, char **names, int nnames)

@@ -20,7 +20,7 @@
  * - sync: the host reads that copy when the event has completed
  *   (cudaEventQuery; in darknet's loop it always has by the next backward,
  *   because forward_network_gpu ends with a blocking copy of the output) and
- *   hands the outcome to the core (amp_step_settled).
+ *   returns the outcome to the core, which settles it (amp_net_sync).
  *
  * Data-parallel (docs/distributed.md; built with NCCL): the batch start sets
  * each history aside instead of scaling it, the batch's gradients are summed
@@ -93,25 +93,31 @@ static amp_slots slots(layer *l)
 
 /* ---- the host's view, read asynchronously ---- */
 
-static void sync_state(amp_net *an, int wait)
+static int sync_state(amp_net *an, int wait, amp_step_outcome *out)
 {
     amp_gpu_net *g = gpu_of(an);
-    if (!g || !g->in_flight) return;
+    if (!g || !g->in_flight) return 0;
     cudaError_t e = cudaEventQuery(g->copied);
     if (e == cudaErrorNotReady && wait) e = cudaEventSynchronize(g->copied);
-    if (e == cudaErrorNotReady) return;
+    if (e == cudaErrorNotReady) return 0;
     g->in_flight = 0;
     char err[AMP_MSG_LEN];
     if (AMP_CUDA_CHECK(e, err, sizeof err) != AMP_OK) {
         fail(an, err);
-        return;
+        return 0;
     }
     const amp_gpu_state m = *g->mirror;
     /* update_network_gpu counted the step in t: a skip takes it back, as on
      * the CPU, before the next update reads it. */
-    const amp_step_outcome o = {(int)m.skipped, (int)m.found - 1, m.batch_scale, m.seq, &m.st, 1,
-                                (int)m.loss - 1};
-    amp_step_settled(an, &o);
+    *out = (amp_step_outcome){.skipped = (int)m.skipped,
+                              .bad_tensor = (int)m.found - 1,
+                              .batch_scale = m.batch_scale,
+                              .seq = m.seq,
+                              .device_state = 1,
+                              .state = m.st,
+                              .take_back_t = 1,
+                              .loss_layer = (int)m.loss - 1};
+    return 1;
 }
 
 static void push_state(amp_net *an)

@@ -11,8 +11,10 @@
  *   skips every layer's update; the outcome is settled at once;
  * - device-decided (decide set): the device decides, darknet's updates all
  *   run, step_end() undoes a skipped step on the device and publishes the
- *   outcome, and sync() later brings it to the host, where the backend hands
- *   it to amp_step_settled(). The host never waits for the decision.
+ *   outcome, and sync() later brings it to the host and returns it to the
+ *   core, which settles it (amp_net_sync). The host never waits for the
+ *   decision. A backend never calls up into the step: it returns what the
+ *   step needs, and the step decides what follows.
  *
  * Every member is required unless marked optional. Members that return
  * nothing report a failure with amp_net_fail(); the training loop stops on it.
@@ -105,9 +107,10 @@ struct amp_backend_ops {
     /* ...and after the last of them: undo a skipped step (parameters, Adam
      * moments, histories, forward states), publish the outcome. */
     void (*step_end)(amp_net *an);
-    /* Optional: settle a published outcome (amp_step_settled) if it has
-     * arrived, or (wait) once it has. */
-    void (*sync)(amp_net *an, int wait);
+    /* Optional: a published outcome brought to the host if it has arrived,
+     * or (wait) once it has: 1 with it in *out (the core settles it), 0 when
+     * none has (a failure: amp_net_fail, and 0). */
+    int (*sync)(amp_net *an, int wait, amp_step_outcome *out);
     /* Optional: the host's scaler state replaced it (a state file was loaded). */
     void (*push_state)(amp_net *an);
     /* Detached mid-batch: the histories multiplied by 1/scale, this batch's

@@ -212,6 +212,9 @@ typedef struct amp_layer {
                                    float32's on the first batch (inf: not finite where float32's
                                    is; NaN: float32's not finite either) */
     int probed;                 /* ... when probe_rel was measured */
+    amp_fallback_why due;       /* a half layer due to fall back at the step's end (a rule of
+                                   fallback.c), or AMP_FELL_NONE ... */
+    int due_earlier;            /* ... as the state file of an earlier run says */
     int delta_from;     /* out_half: the layer whose backward is the first to add into
                            the delta (its last reader), which zeroes it first; the delta
                            lives from there to this layer's backward, in storage it
@@ -319,6 +322,7 @@ struct amp_net {
     int grad_suspect;
     long grad_suspect_steps;
     int fallbacks;               /* layers that fell back in this run */
+    int fallbacks_due;           /* layers marked due (amp_layer.due) and not yet applied */
     int probe_on;                /* amp_probe: the first step's half forwards are probed */
     /* weights files saved with non-finite values in this run (weights_check.c),
      * the last one's name and what in it */
@@ -399,16 +403,19 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, const amp_backend_ops *ops
                           size_t errlen);
 /* darknet's function-pointer slots of every layer pointed at the wrappers
  * and the backends' forms (al->forward, ...), at attach and again after a
- * layer fell back (fallback.c); DARKNET_AMP_PROFILE's timers kept. */
+ * layer fell back or the probe ended; DARKNET_AMP_PROFILE's timers kept. */
 void amp_point_slots(amp_net *an);
 /* Detaches (darknet's pointers back; a batch in progress handed back
  * unscaled) and frees an and everything it owns. NULL is fine. */
 void amp_net_free(amp_net *an);
-/* The backend's view of the step brought to the host (device backends);
- * wait: block until it has arrived. */
+/* The backend's view of the step brought to the host (device backends) and
+ * settled; wait: block until it has arrived. */
 void amp_net_sync(amp_net *an, int wait);
+/* The network's structure changed where it is due, between steps: every
+ * fallback due applied (fallback.c) and the slots pointed again. */
+amp_status amp_net_restructure(amp_net *an, char *err, size_t errlen);
 
-/* ---- scaler.c ---- */
+/* ---- scaler.c: the scaler's arithmetic and invariants ---- */
 void amp_scaler_setup(amp_scaler *s, const amp_options *o);
 /* Every invariant of the options: NULL, or why the first broken one is broken
  * (*field: the option it is about, as the amp_option_field below). */
@@ -424,57 +431,70 @@ const char *amp_scale_state_invalid(const amp_scale_state *st, char *buf, size_t
 /* A state loaded for these options: a static scale is the options' own, a
  * dynamic one kept within their bounds, the hysteresis counter within them. */
 void amp_scale_state_fit(amp_scale_state *st, const amp_options *o);
+/* Applies the update rule to the pending steps; AMP_ERR_NONFINITE with a
+ * message when amp_max_skips is reached. */
+amp_status amp_scaler_apply(amp_scaler *s, char *err, size_t errlen);
+/* amp_max_skips consecutive skipped steps: AMP_ERR_NONFINITE with why. */
+amp_status amp_scaler_check_skips(const amp_scaler *s, char *err, size_t errlen);
+
+/* ---- settle.c: what a step's outcome means ---- */
 /* The outcome of one network's step, settled on the host: right away for a
- * host-decided step, when the device's copy arrived for a device-decided one. */
+ * host-decided step, when the device's copy arrived for a device-decided one
+ * (the backend's sync returns it). */
 typedef struct amp_step_outcome {
     int skipped;
     int bad_tensor;                /* the first non-finite gradient, or -1 */
     float batch_scale;             /* the scale the batch was scaled with */
     unsigned long long seq;        /* the step's number, from 1 */
-    const amp_scale_state *state;  /* the scaler as the device updated it; NULL: update here */
+    int device_state;              /* 1: state is the scaler as the device updated it;
+                                      0: the update is made here */
+    amp_scale_state state;
     int take_back_t;               /* darknet counted the step in *net->t: a skip undoes it */
     int loss_layer;                /* skipped for a non-finite loss in this cost layer, or -1 */
 } amp_step_outcome;
 /* Applies an outcome: the skip message, the pending flags of a shared scaler,
- * the scale's update (here, or as the device did it) and its message, and
- * amp_max_skips as the network's error. The one place these are decided. */
+ * the scale's update (here, or as the device did it) and its message,
+ * amp_max_skips as the network's error, and the fallbacks it makes due. The
+ * one place these are decided; it changes no structure (step.c applies the
+ * fallbacks at the step's end). */
 void amp_step_settled(amp_net *an, const amp_step_outcome *o);
-/* Applies the update rule to the pending steps; AMP_ERR_NONFINITE with a
- * message when amp_max_skips is reached. */
-amp_status amp_scaler_apply(amp_scaler *s, char *err, size_t errlen);
 
-/* ---- fallback.c: amp_fallback (docs/design.md) ---- */
-/* Half layer k runs darknet's float32 code from the next step on, for why:
- * the backend's layer_fallback, the activation plan made again, the slots
- * pointed again. AMP_OK
- * also when k is not a half layer (nothing to do); a status and its message
- * when the backend cannot. Only between steps. */
-amp_status amp_fall_back(amp_net *an, int k, amp_fallback_why why, char *err, size_t errlen);
-/* A step skipped for layer k's forward overflow, settled: k falls back
- * (amp_fallback, where the backend can); 1 when it did. */
-int amp_fallback_forward(amp_net *an, int k);
-/* Any other step, settled (skipped, bad_tensor the first non-finite
- * gradient, at batch_scale; or taken): the gradient rule. */
-void amp_fallback_gradient(amp_net *an, int skipped, int bad_tensor, float batch_scale);
+/* ---- fallback.c: amp_fallback's rules and their application (docs/design.md) ---- */
+/* Whether half layer k could fall back (amp_fallback on, a backend that can). */
+int amp_fallback_possible(const amp_net *an, int k);
+/* k due to fall back for why, its line said (because): 1, or 0 where it cannot. */
+int amp_fallback_due(amp_net *an, int k, amp_fallback_why why, const char *because);
+/* The rules, as a step is settled: a step skipped for layer k's forward
+ * overflow makes k due (1 when it did) ... */
+int amp_fallback_due_forward(amp_net *an, int k);
+/* ... any other step (skipped, bad_tensor the first non-finite gradient, at
+ * batch_scale; or taken) feeds the gradient rule. */
+void amp_fallback_due_gradient(amp_net *an, int skipped, int bad_tensor, float batch_scale);
+/* Every layer due falls back: the backend's layer_fallback, the activation
+ * plan made again (once). The slots are not pointed again: the caller's
+ * (amp_net_restructure). Only between steps. */
+amp_status amp_fallback_apply(amp_net *an, char *err, size_t errlen);
 /* What the state file keeps of fallbacks: the skip counts and the layers. */
 struct amp_state_extra;
 void amp_fallback_save(const amp_net *an, struct amp_state_extra *x);
 /* Resumes them from a state file's (from: its name, for the lines said):
- * the counts, and each listed layer that runs in half now falls back (not
- * with amp_fallback=0; a layer the network lacks is said and ignored). */
-amp_status amp_fallback_resume(amp_net *an, const struct amp_state_extra *x, const char *from,
-                               char *err, size_t errlen);
-/* amp_probe (fallback.c): half layer al's forward of the first batch, with
- * its output compared to float32's (the backend's probe_forward) ... */
+ * the counts, and each listed layer that runs in half now made due (not with
+ * amp_fallback=0; a layer the network lacks is said and ignored); how many. */
+int amp_fallback_resume(amp_net *an, const struct amp_state_extra *x, const char *from);
+/* The layers that fell back, and the precision table as the run ends. */
+void amp_fallback_report(const amp_net *an, FILE *out);
+
+/* ---- probe.c: amp_probe ---- */
+/* Half layer al's forward of the first batch, with its output compared to
+ * float32's (the backend's probe_forward) ... */
 void amp_probe_forward(amp_net *an, amp_layer *al, layer l, network net);
 /* ... and when that step has ended: the report (the worst layers against the
- * dtype's bound), the layers beyond it fall back (with amp_fallback; a
- * data-parallel launch takes every process's), the slots without the probe. */
+ * dtype's bound), the layers beyond it due to fall back (with amp_fallback; a
+ * data-parallel launch takes every process's); step.c then applies them and
+ * points the slots without the probe. */
 void amp_probe_end(amp_net *an);
 /* amp_probe's bound on a half layer's output's relative 2-norm difference. */
 double amp_probe_bound(amp_dtype dtype);
-/* The layers that fell back, and the precision table as the run ends. */
-void amp_fallback_report(const amp_net *an, FILE *out);
 
 /* ---- hooks.c ---- */
 /* The start-up lines: settings, precision table, the backend's warnings. */
@@ -506,8 +526,10 @@ size_t amp_plan_delta_pool(const amp_net *an, size_t *offset);
 int amp_plan_inputs(const network *net, int i, int *src, int max);
 void amp_plan_print(const amp_net *an, FILE *out);
 
-/* ---- profile.c ---- */
+/* ---- common.c: names (darknet_amp.h) and the clock ---- */
 double amp_clock(void);
+
+/* ---- profile.c ---- */
 /* Puts a timer around every layer's forward, backward and update slots. */
 void amp_profile_install(amp_net *an);
 void amp_profile_print(amp_net *an, FILE *out);

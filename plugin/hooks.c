@@ -219,7 +219,13 @@ static amp_status resume_fallbacks(amp_net *an, const char *weights, amp_state_e
                         "shared from rank 0 (MPI failed)", an->cfgfile, an->comm->rank);
     char from[AMP_MSG_LEN];
     snprintf(from, sizeof from, "%s.amp", weights);
-    return amp_fallback_resume(an, x, from, err, errlen);
+    const int kept = amp_fallback_resume(an, x, from);
+    AMP_FORWARD_IF_ERROR(amp_net_restructure(an, err, errlen));
+    if (kept)
+        fprintf(stderr, "amp: %d layer%s run%s in float32 as in the run that saved %s "
+                        "(amp_fallback)\n",
+                kept, kept == 1 ? "" : "s", kept == 1 ? "s" : "", from);
+    return AMP_OK;
 }
 
 amp_status amp_load_state(network *net, const char *weights, int *found, char *err,

@@ -55,16 +55,6 @@ void amp_options_init(amp_options *o, amp_dtype dtype)
     }
 }
 
-const char *amp_dtype_name(amp_dtype dtype)
-{
-    switch (dtype) {
-    case AMP_DTYPE_FLOAT32: return "float32";
-    case AMP_DTYPE_FLOAT16: return "float16";
-    case AMP_DTYPE_BFLOAT16: return "bfloat16";
-    }
-    return "unknown";
-}
-
 /* ---- The keys ---- */
 
 typedef enum key_kind {

@@ -14,13 +14,6 @@
 
 #include <time.h>
 
-double amp_clock(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 void amp_prof_add(amp_net *an, amp_layer *al, amp_prof_what what, double seconds)
 {
     if (!al) {

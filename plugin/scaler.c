@@ -1,44 +1,19 @@
-/* The loss scaler: one scale shared by the networks that use it, updated once
- * per iteration from the OR of their overflow flags (scale_rule.h, on the
- * host or, for a device-decided step, on the device).
- *
- * The one place for the scaler's invariants (amp_options_invalid: the cfg
- * keys, amp_scaler_create; amp_scale_state_invalid: the state file;
- * amp_scale_state_fit: a state resumed under other options) and for what a
- * step's outcome means (amp_step_settled: the skip message, the scale's
- * update and its message, amp_max_skips).
+/* The loss scaler as arithmetic: one scale shared by the networks that use
+ * it, updated once per iteration from the OR of their overflow flags by the
+ * update rule (scale_rule.h, the same on the host and on a device), and the
+ * scaler's invariants (amp_options_invalid: the cfg keys, amp_scaler_create;
+ * amp_scale_state_invalid: the state file; amp_scale_state_fit: a state
+ * resumed under other options). Like PyTorch's GradScaler.update(), it
+ * touches only its scale and counters: no network, no darknet, no output.
+ * What a step's outcome means for a network (its messages, fallbacks and
+ * errors) is settle.c's.
  */
 #include "core.h"
 #include "math/half_format.h" /* amp_f32_bits */
-#include "network.h" /* get_layer_string */
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define AMP_STR2(x) #x
-#define AMP_STR(x) AMP_STR2(x)
-
-const char *amp_version(void)
-{
-    return AMP_STR(DARKNET_AMP_VERSION_MAJOR) "." AMP_STR(DARKNET_AMP_VERSION_MINOR) "." AMP_STR(
-        DARKNET_AMP_VERSION_PATCH);
-}
-
-const char *amp_status_name(amp_status status)
-{
-    switch (status) {
-    case AMP_OK: return "ok";
-    case AMP_ERR_INVALID: return "invalid argument or value";
-    case AMP_ERR_STATE: return "call out of order";
-    case AMP_ERR_IO: return "input/output error";
-    case AMP_ERR_FORMAT: return "corrupt or incompatible state file";
-    case AMP_ERR_NONFINITE: return "too many consecutive non-finite steps";
-    case AMP_ERR_NOMEM: return "out of memory";
-    case AMP_ERR_DEVICE: return "GPU error";
-    }
-    return "unknown status";
-}
 
 /* ---- invariants ---- */
 
@@ -150,8 +125,7 @@ unsigned long long amp_scaler_skips(const amp_scaler *s)
     return s ? s->state.skips : 0;
 }
 
-/* amp_max_skips consecutive skipped steps: AMP_ERR_NONFINITE with why. */
-static amp_status check_max_skips(const amp_scaler *s, char *err, size_t errlen)
+amp_status amp_scaler_check_skips(const amp_scaler *s, char *err, size_t errlen)
 {
     AMP_RETURN_ERROR_IF(s->opt.max_skips > 0 && s->state.consecutive_skips >= s->opt.max_skips,
                         AMP_ERR_NONFINITE, err, errlen,
@@ -174,7 +148,7 @@ amp_status amp_scaler_apply(amp_scaler *s, char *err, size_t errlen)
      * scale as it is (loss_skipped checks amp_max_skips for those) */
     const int skipped = amp_step_decide(&s->state, &s->params, (unsigned)found_inf,
                                         (unsigned)only_loss, 1);
-    return skipped && !only_loss ? check_max_skips(s, err, errlen) : AMP_OK;
+    return skipped && !only_loss ? amp_scaler_check_skips(s, err, errlen) : AMP_OK;
 }
 
 amp_status amp_update(amp_scaler *s, char *err, size_t errlen)
@@ -184,134 +158,4 @@ amp_status amp_update(amp_scaler *s, char *err, size_t errlen)
                         "amp_update: no network was stepped since the last update (call "
                         "amp_step first)");
     return amp_scaler_apply(s, err, errlen);
-}
-
-/* ---- a step's outcome ---- */
-
-/* The largest finite value of a half dtype. */
-static double dtype_max(amp_dtype dt)
-{
-    return dt == AMP_DTYPE_FLOAT16 ? 65504.0 : dt == AMP_DTYPE_BFLOAT16 ? 3.3895313892515355e38
-                                                                        : 3.4028234663852886e38;
-}
-
-/* "layer 3 [convolutional] overflowed float16 in its forward pass (...)" */
-static void describe_forward_overflow(const amp_net *an, char *out, size_t size)
-{
-    const int k = an->step_origin;
-    const amp_dtype dt = an->scaler->opt.dtype;
-    snprintf(out, size,
-             "layer %d [%s] overflowed %s in its forward pass (%llu values inf or NaN from finite "
-             "inputs and parameters; its largest finite magnitude %.6g, %s's largest %.6g)",
-             k, get_layer_string(an->net->layers[k].type), amp_dtype_name(dt),
-             an->step_origin_scan.nonfinite, (double)an->step_origin_scan.max_finite,
-             amp_dtype_name(dt), dtype_max(dt));
-}
-
-/* A step skipped for a non-finite loss, the scale left as it is: either a
- * half layer's forward overflow (the forward pass is not scaled, so no loss
- * scale helps) or a data or model problem. amp_max_skips of them in a row
- * stop the run. */
-static void loss_skipped(amp_net *an, const amp_step_outcome *o)
-{
-    amp_scaler *s = an->scaler;
-    const layer *l = &an->net->layers[o->loss_layer];
-    const int overflow = an->step_origin >= 0 && an->step_origin_overflow;
-    if (overflow) an->forward_skips += 1;
-    else an->loss_skips += 1;
-    an->loss_skips_in_row += 1;
-    if (o->take_back_t) *an->net->t -= 1;
-    const char *sep = an->step_where[0] ? ", " : "";
-    char origin[AMP_MSG_LEN] = "";
-    if (overflow) {
-        describe_forward_overflow(an, origin, sizeof origin);
-        snprintf(an->bad, sizeof an->bad, "%.500s", origin);
-        fprintf(stderr,
-                "amp: step %llu skipped: %s at iteration %d%s%s; the loss of layer %d [%s] is not "
-                "finite as a result (an overflow of the half type, not a data problem: the loss "
-                "scale, %g, cannot help, the forward pass is not scaled)\n",
-                o->seq, origin, an->step_iteration, sep, an->step_where, o->loss_layer,
-                get_layer_string(l->type), o->batch_scale);
-    } else {
-        /* what the skip was for, as for an overflow (the tensor) */
-        snprintf(an->bad, sizeof an->bad, "the loss of layer %d [%s]%s%.400s", o->loss_layer,
-                 get_layer_string(l->type), sep, an->step_where);
-        if (an->step_origin >= 0)
-            snprintf(origin, sizeof origin, "; the first output not finite: layer %d [%s]%s",
-                     an->step_origin, get_layer_string(an->net->layers[an->step_origin].type),
-                     an->layers[an->step_origin].precision == AMP_PRECISION_HALF
-                         ? ", whose parameters are not finite"
-                         : "");
-        fprintf(stderr,
-                "amp: step %llu skipped: non-finite loss in layer %d [%s] at iteration %d%s%s (%s, "
-                "not an overflow: the loss scale stays %g%s)\n",
-                o->seq, o->loss_layer, get_layer_string(l->type), an->step_iteration, sep,
-                an->step_where, an->step_cause[0] ? an->step_cause : "a data or model problem",
-                o->batch_scale, origin);
-    }
-    if (o->state) {
-        s->state = *o->state; /* the device left it as it was */
-    } else {
-        s->pending += 1;
-        s->pending_loss += 1;
-        if (an->owns_scaler) amp_scaler_apply(s, NULL, 0);
-    }
-    /* the layer runs in float32 from the next step on */
-    if (overflow && amp_fallback_forward(an, an->step_origin)) return;
-    if (s->opt.max_skips <= 0 || an->loss_skips_in_row < s->opt.max_skips) return;
-    if (overflow)
-        amp_net_fail(an, AMP_ERR_NONFINITE,
-                     "amp: %ld consecutive steps skipped (amp_max_skips=%ld): %s, last at "
-                     "iteration %d; run that layer in float32 (amp=0 in its section of the cfg), "
-                     "or train with amp_dtype=bfloat16 (float32's range)",
-                     an->loss_skips_in_row, s->opt.max_skips, origin, an->step_iteration);
-    else
-        amp_net_fail(an, AMP_ERR_NONFINITE,
-                     "amp: %ld consecutive steps skipped (amp_max_skips=%ld): the loss of layer "
-                     "%d [%s] is not finite, last at iteration %d%s%s; %s: the loss scale (%g) is "
-                     "not the cause",
-                     an->loss_skips_in_row, s->opt.max_skips, o->loss_layer,
-                     get_layer_string(l->type), an->step_iteration, sep, an->step_where,
-                     an->step_cause[0] ? an->step_cause
-                                       : "check the training data (labels) and the cost layer",
-                     s->state.scale);
-}
-
-void amp_step_settled(amp_net *an, const amp_step_outcome *o)
-{
-    amp_scaler *s = an->scaler;
-    an->skipped = o->skipped;
-    an->bad[0] = 0;
-    if (an->error_status == AMP_ERR_NONFINITE) { /* decided again below */
-        an->error[0] = 0;
-        an->error_status = AMP_OK;
-    }
-    if (o->loss_layer >= 0) {
-        loss_skipped(an, o);
-        return;
-    }
-    an->loss_skips_in_row = 0;
-    amp_fallback_gradient(an, o->skipped, o->bad_tensor, o->batch_scale);
-    if (o->skipped) {
-        amp_describe_tensor(an, o->bad_tensor, an->bad, sizeof an->bad);
-        if (o->take_back_t) *an->net->t -= 1;
-        if (!s->pending_inf) snprintf(s->first_bad, sizeof s->first_bad, "%s", an->bad);
-        fprintf(stderr,
-                "amp: step %llu skipped: non-finite gradient, first in %s (loss scale %g)\n",
-                o->seq, an->bad, o->batch_scale);
-    }
-    const float before = s->state.scale;
-    char err[AMP_MSG_LEN];
-    amp_status st = AMP_OK;
-    if (o->state) { /* the device updated the scale */
-        s->state = *o->state;
-        if (o->skipped) st = check_max_skips(s, err, sizeof err);
-    } else {
-        s->pending += 1;
-        s->pending_inf |= o->skipped;
-        if (an->owns_scaler) st = amp_scaler_apply(s, err, sizeof err);
-    }
-    if (st != AMP_OK) amp_net_fail(an, st, "%s", err);
-    if (s->state.scale != before)
-        fprintf(stderr, "amp: loss scale %g -> %g\n", before, s->state.scale);
 }

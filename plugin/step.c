@@ -44,7 +44,15 @@
 
 void amp_net_sync(amp_net *an, int wait)
 {
-    if (an && an->ops && an->ops->sync) an->ops->sync(an, wait);
+    amp_step_outcome o;
+    if (an && an->ops && an->ops->sync && an->ops->sync(an, wait, &o)) amp_step_settled(an, &o);
+}
+
+amp_status amp_net_restructure(amp_net *an, char *err, size_t errlen)
+{
+    const amp_status st = amp_fallback_apply(an, err, errlen);
+    amp_point_slots(an);
+    return st;
 }
 
 /* ---- the batch ---- */
@@ -129,21 +137,33 @@ static void begin_step(amp_net *an, int inside_update)
                                        (unsigned)an->found_inf, (unsigned)an->loss_bad, 0);
     if (an->skip_updates) an->ops->restore(an);
     else an->weights_version += 1; /* the updates below change them */
-    const amp_step_outcome o = {an->skip_updates, an->bad_tensor, an->batch_scale, an->step_index,
-                                NULL, inside_update, an->loss_bad - 1};
+    const amp_step_outcome o = {.skipped = an->skip_updates,
+                                .bad_tensor = an->bad_tensor,
+                                .batch_scale = an->batch_scale,
+                                .seq = an->step_index,
+                                .take_back_t = inside_update,
+                                .loss_layer = an->loss_bad - 1};
     amp_step_settled(an, &o);
 }
 
-/* After the last layer's update. */
+/* After the last layer's update: the step's end, the one boundary where the
+ * network's structure changes (the same on every backend): the fallbacks
+ * that the settled outcomes and the first batch's probe made due are
+ * applied there, and the slots pointed again. Every process of a
+ * data-parallel launch gets here alike, with the same outcomes. */
 static void end_step(amp_net *an)
 {
     if (an->comm) amp_dist_after_step(an);
-    /* the first batch's probe: said, and its fallbacks, between this step and
-     * the next (every process of a data-parallel launch gets here alike) */
-    if (an->probe_on) amp_probe_end(an);
-    if (!an->step_open) return;
-    an->step_open = 0;
-    an->ops->step_end(an);
+    const int probed = an->probe_on;
+    if (probed) amp_probe_end(an); /* its report, and the layers due */
+    if (an->step_open) {
+        an->step_open = 0;
+        an->ops->step_end(an);
+    }
+    if (!probed && !an->fallbacks_due) return;
+    char err[AMP_MSG_LEN];
+    const amp_status st = amp_net_restructure(an, err, sizeof err);
+    if (st != AMP_OK) amp_net_fail(an, st, "%s", err);
 }
 
 /* ---- the wrappers ---- */
@@ -190,7 +210,7 @@ static void find_origin(amp_net *an, int last)
 }
 
 /* What a forward slot runs: the backend's form, or on the first batch a
- * half layer's probe (amp_probe, fallback.c). */
+ * half layer's probe (amp_probe, probe.c). */
 static void run_forward(amp_layer *al, layer l, network net)
 {
     if (al->owner->probe_on && net.train && al->precision == AMP_PRECISION_HALF)
@@ -225,7 +245,7 @@ static void wrap_forward(layer l, network net)
 }
 
 /* amp_probe: a half layer's forward on the first batch, compared with
- * float32's (fallback.c); its slot holds this only until that step ends. */
+ * float32's (probe.c); its slot holds this only until that step ends. */
 static void wrap_probe(layer l, network net)
 {
     run_forward(l.hook_data, l, net);

@@ -46,7 +46,9 @@ typedef struct fake_net {
     unsigned long long mirror_seq;
     float mirror_batch_scale;
     int in_flight, arrived;
-    char settled_where[AMP_MSG_LEN]; /* what the last loss skip named (an->bad), when settled */
+    int returned_loss;                 /* sync returned a loss skip's outcome ... */
+    char settled_where[AMP_MSG_LEN]; /* ... and what the core, settling it, named (an->bad),
+                                        as the next decide finds it */
     /* what the core asked for */
     int n_begin, n_scale_loss, n_rescale, n_unscale, n_restore, n_decide, n_step_end, n_push;
 } fake_net;
@@ -180,6 +182,10 @@ static void decide(amp_net *an)
 {
     fake_net *f = fk(an);
     f->n_decide++;
+    if (f->returned_loss) { /* the core settled it before this decision (amp_net_sync) */
+        snprintf(f->settled_where, sizeof f->settled_where, "%s", an->bad);
+        f->returned_loss = 0;
+    }
     if (!f->dev_loss) f->dev_loss = an->loss_bad; /* the host's, passed with the launch */
     f->dev_skipped = amp_step_decide(&f->dev, &an->scaler->params, (unsigned)f->dev_found,
                                      (unsigned)f->dev_loss, 1);
@@ -206,18 +212,24 @@ static void step_end(amp_net *an)
     f->arrived = 0;
 }
 
-/* The copy "arrives" at the second look, or at once when waited for. */
-static void sync(amp_net *an, int wait)
+/* The copy "arrives" at the second look, or at once when waited for; it is
+ * returned to the core, which settles it. */
+static int sync(amp_net *an, int wait, amp_step_outcome *out)
 {
     fake_net *f = fk(an);
-    if (!f->in_flight) return;
-    if (!wait && !f->arrived++) return;
+    if (!f->in_flight) return 0;
+    if (!wait && !f->arrived++) return 0;
     f->in_flight = 0;
-    const amp_scale_state st = f->mirror;
-    const amp_step_outcome o = {f->mirror_skipped, f->mirror_bad, f->mirror_batch_scale,
-                                f->mirror_seq, &st, 1, f->mirror_loss - 1};
-    amp_step_settled(an, &o);
-    if (f->mirror_loss) snprintf(f->settled_where, sizeof f->settled_where, "%s", an->bad);
+    *out = (amp_step_outcome){.skipped = f->mirror_skipped,
+                              .bad_tensor = f->mirror_bad,
+                              .batch_scale = f->mirror_batch_scale,
+                              .seq = f->mirror_seq,
+                              .device_state = 1,
+                              .state = f->mirror,
+                              .take_back_t = 1,
+                              .loss_layer = f->mirror_loss - 1};
+    f->returned_loss = f->mirror_loss != 0;
+    return 1;
 }
 
 static void push_state(amp_net *an)

@@ -127,18 +127,6 @@ static amp_status install_half(amp_layer *al, layer *l)
     return st;
 }
 
-/* darknet's float32 forms of a layer, as this backend runs them: its own,
- * but max-pooling threaded (same results). */
-void amp_cpu_float32_forms(amp_layer *al, const layer *l)
-{
-    al->forward = al->orig_forward;
-    al->backward = al->orig_backward;
-    if (l->type == MAXPOOL && l->forward && l->backward) { /* same results, threaded */
-        al->forward = amp_maxpool_forward;
-        al->backward = amp_maxpool_backward;
-    }
-}
-
 /* backend.h's layer_fallback: darknet's own float32 layer again. */
 static amp_status layer_fallback(amp_layer *al, layer *l, char *err, size_t errlen)
 {
@@ -165,7 +153,7 @@ static amp_status layer_install(amp_layer *al, layer *l, char *err, size_t errle
     else if (al->precision == AMP_PRECISION_HALF && install_half(al, l) != AMP_OK)
         al->precision = AMP_PRECISION_FALLBACK;
     if (l->type == MAXPOOL) amp_cpu_float32_forms(al, l);
-    /* what the activation plan may store in half around it (storage.c) */
+    /* what the activation plan may store in half around it (activations.c) */
     if (al->precision == AMP_PRECISION_HALF && !al->nsubs && l->type != LOCAL &&
         an->scaler->opt.dtype != AMP_DTYPE_FLOAT32)
         al->io = AMP_IO_CONVERTS;

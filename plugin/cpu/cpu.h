@@ -18,8 +18,10 @@
  *                (DARKNET_AMP_MAX_CPU_ISA)
  *   tail.c       batch-norm, bias and activation of a half layer, threaded
  *   maxpool.c    darknet's max-pooling, threaded (also on half storage)
- *   storage.c    the activation plan carried out: half tensors, half layers
- *                converting at the plan's edges
+ *   memory.c     the allocator: scratch buffers, mapped memory
+ *   half_tensor.c the plan's half tensors as the layer forms reach them
+ *   activations.c the activation plan carried out: half tensors placed, half
+ *                layers converting at the plan's edges
  *   movement.c   route, upsample and shortcut on half storage
  *   update.c     darknet's convolutional SGD update in one threaded pass
  */
@@ -109,7 +111,7 @@ typedef struct cpu_net {
     size_t scratchpad_bytes;
     amp_buffer xq, dq, tmp, gx; /* the emulation's: half input, half gradient, weight and
                                    data gradients */
-    amp_buffer in32, out32, dx32; /* the activation plan's (storage.c): a half input, a
+    amp_buffer in32, out32, dx32; /* the activation plan's (activations.c): a half input, a
                                      half layer's output or delta, a data gradient, in
                                      float32 */
     amp_buffer img32;             /* one image in float32 (onednn_pass.c's transfers) */
@@ -126,7 +128,7 @@ typedef enum amp_cpu_runner {
     AMP_CPU_RUNS_ONEDNN    /* onednn_*.c: oneDNN primitives, half or float32 kernels */
 } amp_cpu_runner;
 
-/* A half layer's tail on the activation plan's half storage (storage.c sets
+/* A half layer's tail on the activation plan's half storage (activations.c sets
  * it around a call): x, the batch-norm input, y, the output, and dh, the
  * delta, as 16-bit patterns of the half dtype; NULL: darknet's float32
  * arrays (l.x and l.x_norm, l.output, l.delta). With y (the output in half),
@@ -139,7 +141,7 @@ typedef struct amp_tail_half {
                       the forward made it */
     int from_half; /* the forward's values are in half storage already (x, or y without
                       batch-norm), put there by the convolution; else in l.output */
-    int done;      /* the backward's tail ran already, on dh (storage.c): the layer's
+    int done;      /* the backward's tail ran already, on dh (activations.c): the layer's
                       own call does nothing */
     unsigned long long *nonzero, *flushed; /* dh: the gradient's rounding counted here */
 } amp_tail_half;
@@ -149,7 +151,7 @@ typedef struct cpu_layer {
     amp_buffer wq;                  /* the emulation's half weights */
     unsigned long wq_version;       /* the weights_version wq was made from */
     struct amp_dnnl_conv *dnnl;     /* oneDNN primitives and buffers (any of the three kinds) */
-    /* the activation plan (storage.c): the output is darknet's l.output, as
+    /* the activation plan (activations.c): the output is darknet's l.output, as
      * 16-bit patterns, when al->out_half */
     size_t plan_n;                  /* the elements (outputs x batch) the storage is for */
     uint16_t *delta_h, *x_h;        /* the delta (out_half; in cpu_net.deltas) and the
@@ -166,6 +168,12 @@ static inline cpu_net *cpu_net_of(const amp_net *an)
 static inline cpu_layer *cpu_layer_of(const amp_layer *al)
 {
     return (cpu_layer *)al->bk;
+}
+
+/* The half storage the plan gave half layer al's tail, or NULL (tail.c). */
+static inline const amp_tail_half *cpu_tail_half(const amp_layer *al)
+{
+    return al && al->bk ? &cpu_layer_of(al)->tail : NULL;
 }
 
 /* backend.c */
@@ -199,9 +207,12 @@ void amp_emulated_connected_forward(layer l, network net);
 void amp_emulated_connected_backward(layer l, network net);
 
 /* tail.c: the float32 parts of a half layer: batch-norm or bias, then the
- * activation, and their gradients; multi-threaded, same results as darknet's. */
-void amp_tail_forward(layer l, network net, int nbias, int bias_size, amp_bn_formula bn);
-void amp_tail_backward(layer l, network net, int nbias, int bias_size);
+ * activation, and their gradients; multi-threaded, same results as darknet's.
+ * th: the half storage the plan gave the layer's tail (cpu_tail_half), or
+ * NULL: darknet's float32 arrays. */
+void amp_tail_forward(layer l, network net, int nbias, int bias_size, amp_bn_formula bn,
+                      const amp_tail_half *th);
+void amp_tail_backward(layer l, network net, int nbias, int bias_size, const amp_tail_half *th);
 /* tail_nhwc.c: the same on the plan's NHWC half tensors (th: y and dh set,
  * x with batch-norm), with float32 arithmetic; the backward overwrites th->dh
  * with the tail's gradient, counting its rounding's flushes in th->nonzero
@@ -215,7 +226,7 @@ void amp_tail_backward_nhwc(layer l, network net, int nbias, int bias_size,
 void amp_maxpool_forward(layer l, network net);
 void amp_maxpool_backward(layer l, network net);
 
-/* maxpool.c, movement.c: the data-movement layers' half forms (storage.c's
+/* maxpool.c, movement.c: the data-movement layers' half forms (activations.c's
  * plan): whether l has one, and pointing al's forward and backward at it. */
 void amp_maxpool_forward_half(layer l, network net);
 void amp_maxpool_backward_half(layer l, network net);
@@ -230,36 +241,41 @@ void amp_maxpool_nhwc_backward(const layer *l, amp_dtype dt, const uint16_t *d, 
 int amp_movement_has_half(const layer *l);
 void amp_movement_install(amp_layer *al, layer *l);
 
-/* storage.c: the backend's activations() (backend.h), and darknet's float32
- * arrays given back at detach; a buffer of at least n floats (grown, never
- * shrunk; aborts when out of memory, as darknet does in a step); the half
- * delta of layer i (NULL: not half). */
-amp_status amp_cpu_activations(amp_net *an, char *err, size_t errlen);
-void amp_cpu_activations_release(amp_net *an);
-/* backend.c: darknet's float32 forms of l into al (its own; max-pooling
- * threaded): at install, and where a layer leaves the plan's half region. */
-void amp_cpu_float32_forms(amp_layer *al, const layer *l);
+/* memory.c: a buffer of at least n floats (grown, never shrunk; aborts when
+ * out of memory, as darknet does in a step) ... */
 float *amp_cpu_reserve(amp_buffer *b, size_t n);
-/* Large buffers straight from the operating system (mmap), given back to it
- * when freed: the arena and scratchpad grow layer by layer in the first
- * step, and freed through malloc they would stay in the process's heap. */
+/* ... and large buffers straight from the operating system (mmap), given
+ * back to it when freed: the arena and scratchpad grow layer by layer in the
+ * first step, and freed through malloc they would stay in the process's heap. */
 void *amp_cpu_map(size_t bytes);
 void amp_cpu_unmap(void *p, size_t bytes);
 /* *p (of *bytes) replaced by a mapping of need bytes if it is smaller (its
  * contents not kept); nonzero when out of memory, *p unchanged. */
 int amp_cpu_grow_mapped(void **p, size_t *bytes, size_t need);
+
+/* half_tensor.c: layer i's output as the plan stores it in half, NHWC: c
+ * channels by hw positions per image (out_c by out_h x out_w; outputs by 1
+ * for a layer without a spatial shape) ... */
+void amp_cpu_tensor_shape(const network *net, int i, int *c, int *hw);
+/* ... the half delta of layer i (NULL: not half) ... */
 uint16_t *amp_cpu_half_delta(const amp_net *an, int i);
-/* backend.h's nonfinite_output: the layers' outputs as storage.c keeps them. */
+/* ... and at the start of layer j's backward, the half deltas whose life
+ * starts there (amp_layer.delta_from) zeroed. */
+void amp_cpu_deltas_begin(const amp_net *an, int j);
+
+/* maxpool.c: darknet's float32 forms of l into al (its own; max-pooling
+ * threaded): at install, and where a layer leaves the plan's half region. */
+void amp_cpu_float32_forms(amp_layer *al, const layer *l);
+
+/* activations.c: the backend's activations() (backend.h), and darknet's
+ * float32 arrays given back at detach or before a fallback; backend.h's
+ * nonfinite_output over the layers' outputs as the plan keeps them. */
+amp_status amp_cpu_activations(amp_net *an, char *err, size_t errlen);
+void amp_cpu_activations_release(amp_net *an);
 int amp_cpu_nonfinite_output(amp_net *an, int last, amp_overflow_scan *scan, int *finite_params);
+
 /* probe.c: backend.h's probe_forward (amp_probe). */
 int amp_cpu_probe_forward(amp_layer *al, layer l, network net, double *rel);
-/* Layer i's output as the plan stores it in half, NHWC: c channels by hw
- * positions per image (out_c by out_h x out_w; outputs by 1 for a layer
- * without a spatial shape). */
-void amp_cpu_tensor_shape(const network *net, int i, int *c, int *hw);
-/* At the start of layer j's backward: the half deltas whose life starts
- * there (amp_layer.delta_from) zeroed. */
-void amp_cpu_deltas_begin(const amp_net *an, int j);
 
 /* update.c: darknet's update_convolutional_layer in one threaded pass, bit
  * for bit; amp_update_conv_replaces says whether l's update is darknet's. */
@@ -292,7 +308,7 @@ void amp_onednn_free(cpu_layer *c);
  * for the tests, which must not compare the emulation with itself. */
 int amp_onednn_fallbacks(const cpu_layer *c);
 void amp_onednn_ctx_free(cpu_net *cn);
-/* The activation plan on a layer on oneDNN (storage.c): its input's and
+/* The activation plan on a layer on oneDNN (activations.c): its input's and
  * output's storage (float32, or the half dtype: the reorders read and write
  * the half arrays directly); 0 for a layer not on oneDNN. A forward and a
  * backward on them, AMP_OK or a status (a forward that failed changed

@@ -90,7 +90,8 @@ static void finish_forward(layer l, network net, amp_dtype dtype, int nbias, int
     size_t nout = (size_t)l.outputs * l.batch;
     round_half(dtype, l.output, nout);
     const amp_layer *al = l.hook_data;
-    amp_tail_forward(l, net, nbias, bias_size, cpu_net_of(al->owner)->bn_formula);
+    amp_tail_forward(l, net, nbias, bias_size, cpu_net_of(al->owner)->bn_formula,
+                     cpu_tail_half(al));
 }
 
 /* DARKNET_AMP_PROFILE: one call's times and work (2 flops per multiply-add). */
@@ -185,7 +186,7 @@ void amp_emulated_conv_backward(layer l, network net)
     size_t chw = (size_t)l.c / l.groups * l.h * l.w;
     double t0 = al->owner->env.profile ? amp_clock() : 0;
 
-    amp_tail_backward(l, net, l.n, k);
+    amp_tail_backward(l, net, l.n, k, cpu_tail_half(al));
     double t1 = al->owner->env.profile ? amp_clock() : 0;
 
     const half_operands o = backward_operands(al, &l, net, l.nweights, dtype);
@@ -257,7 +258,7 @@ void amp_emulated_deconv_backward(layer l, network net)
     const size_t chw = (size_t)c * hw;
     double t0 = al->owner->env.profile ? amp_clock() : 0;
 
-    amp_tail_backward(l, net, l.n, l.out_h * l.out_w);
+    amp_tail_backward(l, net, l.n, l.out_h * l.out_w, cpu_tail_half(al));
     double t1 = al->owner->env.profile ? amp_clock() : 0;
 
     const half_operands o = backward_operands(al, &l, net, l.nweights, dtype);
@@ -304,7 +305,7 @@ void amp_emulated_connected_backward(layer l, network net)
     size_t nw = (size_t)l.inputs * l.outputs;
     double t0 = al->owner->env.profile ? amp_clock() : 0;
 
-    amp_tail_backward(l, net, l.outputs, 1);
+    amp_tail_backward(l, net, l.outputs, 1, cpu_tail_half(al));
     double t1 = al->owner->env.profile ? amp_clock() : 0;
 
     const half_operands o = backward_operands(al, &l, net, nw, dtype);

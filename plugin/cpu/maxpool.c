@@ -110,7 +110,7 @@ void amp_maxpool_backward(layer l, network net)
             if (l.indexes[i] >= 0) net.delta[l.indexes[i]] += l.delta[i];
 }
 
-/* ---- On the activation plan's half storage (storage.c) ----
+/* ---- On the activation plan's half storage (activations.c) ----
  * NHWC: an output position's channels side by side, compared a position of
  * the window at a time, over all channels at once. The same windows and
  * first-maximum rule (strict >, from -FLT_MAX, window rows then columns);
@@ -344,4 +344,16 @@ void amp_maxpool_backward_half(layer l, network net)
     if (dst)
         amp_maxpool_nhwc_backward(&l, al->owner->scaler->opt.dtype, cpu_layer_of(al)->delta_h,
                                   l.indexes, dst);
+}
+
+/* darknet's float32 forms of a layer, as this backend runs them: its own,
+ * but max-pooling threaded (same results). */
+void amp_cpu_float32_forms(amp_layer *al, const layer *l)
+{
+    al->forward = al->orig_forward;
+    al->backward = al->orig_backward;
+    if (l->type == MAXPOOL && l->forward && l->backward) { /* same results, threaded */
+        al->forward = amp_maxpool_forward;
+        al->backward = amp_maxpool_backward;
+    }
 }

@@ -1,5 +1,5 @@
 /* The half forms of the data-movement layers darknet cfgs put between
- * convolutions, on the activation plan's NHWC half storage (storage.c):
+ * convolutions, on the activation plan's NHWC half storage (activations.c):
  * route (channel concatenation), upsample, shortcut, reorg, avgpool and
  * dropout (maxpool's is in maxpool.c). Each reads and writes 16-bit patterns; what it computes
  * (shortcut's sum, its activation, every sum of gradients) is float32
@@ -329,7 +329,7 @@ static void avgpool_backward(layer l, network net)
 
 /* ---- dropout: in place on its input, as darknet's ----
  * darknet's dropout layer shares its input's arrays; here its output is its
- * input's half tensor (storage.c), scaled or zeroed in place, and its delta a
+ * input's half tensor (activations.c), scaled or zeroed in place, and its delta a
  * half tensor of its own, scaled or zeroed into the input's. The random
  * numbers are drawn in darknet's order (its NCHW elements) into l.rand. */
 

@@ -137,7 +137,7 @@ typedef struct amp_dnnl_conv {
     int matmul;         /* a convolution as im2col + matmul (mm), not oneDNN's */
     /* darknet's side of the input and its gradient (user_in), of the output
      * and its gradient (user_out): float32 arrays, or the activation plan's
-     * half storage (dnnl_bf16, dnnl_f16; storage.c), which the reorders
+     * half storage (dnnl_bf16, dnnl_f16; activations.c), which the reorders
      * read and write directly */
     dnnl_data_type_t user_in, user_out;
     amp_dnnl_image image[AMP_T_COUNT]; /* r set: the transfer goes image by image */

@@ -104,7 +104,8 @@ static amp_status run_forward(amp_layer *al, amp_dnnl_conv *d, layer l, network 
     /* the half-rounded convolution or GEMM (in l.output, or in the plan's half
      * storage); out_c biases (filters, or a connected layer's outputs) over
      * out_h * out_w positions */
-    amp_tail_forward(l, net, l.out_c, l.out_h * l.out_w, cpu_net_of(al->owner)->bn_formula);
+    amp_tail_forward(l, net, l.out_c, l.out_h * l.out_w, cpu_net_of(al->owner)->bn_formula,
+                     cpu_tail_half(al));
     if (profile) {
         al->prof.fwd_s += amp_clock() - t0;
         al->prof.gemm_s += t1 - t0;
@@ -128,7 +129,7 @@ static amp_status run_backward(amp_layer *al, amp_dnnl_conv *d, layer l, network
 {
     const int profile = al->owner->env.profile;
     double t0 = profile ? amp_clock() : 0;
-    amp_tail_backward(l, net, l.out_c, l.out_h * l.out_w);
+    amp_tail_backward(l, net, l.out_c, l.out_h * l.out_w, cpu_tail_half(al));
     double t1 = profile ? amp_clock() : 0;
     const amp_status st = amp_dnnl_gradients(al, d, l, net);
     if (profile) {
@@ -157,7 +158,7 @@ static void layer_backward(layer l, network net)
                      "incomplete", al->index);
 }
 
-/* ---- the activation plan's half storage (storage.c) ---- */
+/* ---- the activation plan's half storage (activations.c) ---- */
 
 int amp_onednn_plan_io(cpu_layer *c, amp_dtype in, amp_dtype out)
 {

@@ -169,7 +169,7 @@ void amp_cpu_round_half(amp_dtype dtype, float *x, size_t n, unsigned long long 
 
 /* ---- Converting between float32 and half storage (the activation plan) ----
  *
- * The half tensors of the activation plan (storage.c) are arrays of 16-bit
+ * The half tensors of the activation plan (activations.c) are arrays of 16-bit
  * patterns: float16, or bfloat16 (a float32's top half, rounded to nearest
  * even). half_format.h's conversions, eight at a time with F16C (float16) or
  * AVX2 (bfloat16), bit for bit the same (unit.half_storage). */
@@ -308,7 +308,7 @@ void amp_cpu_add_half(amp_dtype dtype, uint16_t *h, const float *add, size_t n)
 
 /* ---- The same between darknet's NCHW float32 and the plan's NHWC storage ----
  *
- * A half tensor of the plan is stored channels last (storage.c): image b,
+ * A half tensor of the plan is stored channels last (activations.c): image b,
  * position p, channel c at (b * hw + p) * c_n + c. The emulation and the
  * layers that run darknet's own float32 code read and write NCHW; these
  * convert and transpose in one pass, a tile of positions at a time so that

@@ -387,14 +387,7 @@ static const tail_kernels *kernels(void)
     return &tail_sse2;
 }
 
-/* The half storage the plan gave l's tail for this call (storage.c), or none. */
-static const amp_tail_half *half_of(const layer *l)
-{
-    static const amp_tail_half none = {0};
-    const amp_layer *al = l->hook_data;
-    if (!al || !al->owner || al->owner->ops != &amp_cpu_backend || !al->bk) return &none;
-    return &cpu_layer_of(al)->tail;
-}
+static const amp_tail_half no_half; /* every tensor in darknet's float32 arrays */
 
 /* Per-thread float32 buffers of n floats each (NULL when n is 0). */
 static float *thread_buffers(size_t n)
@@ -418,9 +411,10 @@ static float *thread_buffer(float *bufs, size_t n)
     return bufs ? bufs + (size_t)t * n : NULL;
 }
 
-void amp_tail_forward(layer l, network net, int nbias, int bias_size, amp_bn_formula bn)
+void amp_tail_forward(layer l, network net, int nbias, int bias_size, amp_bn_formula bn,
+                      const amp_tail_half *th)
 {
-    const amp_tail_half *th = half_of(&l);
+    if (!th) th = &no_half;
     if (th->y) { /* the output in half storage: NHWC */
         if (!th->from_half) /* the half-rounded result in l.output (exact in half) */
             amp_cpu_to_half_nhwc(th->bf16 ? AMP_DTYPE_BFLOAT16 : AMP_DTYPE_FLOAT16, l.output,
@@ -439,10 +433,10 @@ void amp_tail_forward(layer l, network net, int nbias, int bias_size, amp_bn_for
     }
 }
 
-void amp_tail_backward(layer l, network net, int nbias, int bias_size)
+void amp_tail_backward(layer l, network net, int nbias, int bias_size, const amp_tail_half *th)
 {
-    const amp_tail_half *th = half_of(&l);
-    if (th->done) return; /* ran already, on half storage (storage.c) */
+    if (!th) th = &no_half;
+    if (th->done) return; /* ran already, on half storage (activations.c) */
     if (th->dh) {
         amp_tail_backward_nhwc(l, net, nbias, bias_size, th);
         return;

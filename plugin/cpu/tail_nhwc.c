@@ -1,6 +1,6 @@
 /* A half layer's tail on the activation plan's half storage: batch-norm (or
  * bias), the activation, and their gradients, reading and writing the
- * layer's NHWC half tensors (storage.c) with float32 arithmetic, as a GPU's
+ * layer's NHWC half tensors (activations.c) with float32 arithmetic, as a GPU's
  * AMP runs cuDNN's batch-norm on half input into half output.
  *
  * Channels last, a position's channels are contiguous: every loop runs over

@@ -82,7 +82,7 @@ AMP_HD static inline float amp_clip_scaled(float x, float s)
 /* A layer's output scanned for a half overflow (the activation fallback,
  * docs/design.md): how many elements are inf or NaN, and the largest
  * magnitude among the finite ones, accumulated element by element, on the
- * host (plugin/cpu/storage.c) and in the CUDA kernel (cuda/overflow.cu), and
+ * host (plugin/cpu/activations.c) and in the CUDA kernel (cuda/overflow.cu), and
  * merged per thread or block. */
 typedef struct amp_overflow_scan {
     unsigned long long nonfinite;

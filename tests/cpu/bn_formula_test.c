@@ -124,14 +124,14 @@ int main(void)
     for (int cudnn = 0; cudnn < 2; ++cudnn) {
         reference_of(&in, cudnn, &r[cudnn]);
         layer l = make(&in);
-        amp_tail_forward(l, net, C, SIZE, cudnn ? AMP_BN_CUDNN : AMP_BN_DARKNET_CPU);
+        amp_tail_forward(l, net, C, SIZE, cudnn ? AMP_BN_CUDNN : AMP_BN_DARKNET_CPU, NULL);
         memcpy(y[cudnn], l.output, sizeof y[cudnn]);
         double ey = rel(l.output, r[cudnn].y, n), ev = rel(l.rolling_variance, r[cudnn].rv, C);
         CHECK(ey <= 1e-5 && ev <= 1e-5, "%s, forward: outputs within %.2g, rolling variance "
               "within %.2g of the formula in double (bound 1e-5)", names[cudnn], ey, ev);
         if (cudnn) { /* the backward: the exact gradient of cuDNN's forward */
             memcpy(l.delta, in.dy, sizeof in.dy);
-            amp_tail_backward(l, net, C, SIZE);
+            amp_tail_backward(l, net, C, SIZE, NULL);
             double edx = rel(l.delta, r[1].dx, n), eds = rel(l.scale_updates, r[1].dscale, C),
                    edb = rel(l.bias_updates, r[1].dbias, C);
             CHECK(edx <= 1e-5 && eds <= 1e-5 && edb <= 1e-5,

@@ -31,7 +31,6 @@
  * darknet's resize_network (random=1) makes every array again in float32;
  * the hook of patch 0015 calls amp_cpu_activations again, which shrinks them.
  */
-#define _DEFAULT_SOURCE 1 /* MAP_ANONYMOUS (POSIX from 2024 only) */
 #include "cpu.h"
 
 #include "math/half_format.h"
@@ -40,7 +39,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 static amp_dtype dtype_of(const amp_layer *al)
 {
@@ -49,69 +47,6 @@ static amp_dtype dtype_of(const amp_layer *al)
 
 /* A buffer of at least n floats (grown, never shrunk); aborts when out of
  * memory, as darknet's own allocations do inside a training step. */
-float *amp_cpu_reserve(amp_buffer *b, size_t n)
-{
-    if (b->n < n) {
-        float *p = realloc(b->data, n * sizeof(float));
-        if (!p) abort();
-        b->data = p;
-        b->n = n;
-    }
-    return b->data;
-}
-
-void *amp_cpu_map(size_t bytes)
-{
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
-
-void amp_cpu_unmap(void *p, size_t bytes)
-{
-    if (p) munmap(p, bytes);
-}
-
-int amp_cpu_grow_mapped(void **p, size_t *bytes, size_t need)
-{
-    if (*bytes >= need) return 0;
-    void *q = amp_cpu_map(need);
-    if (!q) return 1;
-    amp_cpu_unmap(*p, *bytes);
-    *p = q;
-    *bytes = need;
-    return 0;
-}
-
-void amp_cpu_tensor_shape(const network *net, int i, int *c, int *hw)
-{
-    const layer *l = &net->layers[i];
-    *c = l->out_c;
-    *hw = l->out_h * l->out_w;
-    if (*c <= 0 || *hw <= 0 || (long)*c * *hw != l->outputs) { /* no spatial shape */
-        *c = l->outputs;
-        *hw = 1;
-    }
-}
-
-uint16_t *amp_cpu_half_delta(const amp_net *an, int i)
-{
-    if (i < 0 || !an->layers[i].out_half || !an->layers[i].bk) return NULL;
-    return cpu_layer_of(&an->layers[i])->delta_h;
-}
-
-void amp_cpu_deltas_begin(const amp_net *an, int j)
-{
-    int src[32];
-    const int n = amp_plan_inputs(an->net, j, src, 32);
-    for (int k = -1; k < n; ++k) {
-        const int i = k < 0 ? j : src[k]; /* its own: a tensor nobody reads */
-        if (i < 0 || !an->layers[i].out_half || an->layers[i].delta_from != j) continue;
-        const layer *l = &an->net->layers[i];
-        memset(cpu_layer_of(&an->layers[i])->delta_h, 0,
-               (size_t)l->outputs * l->batch * sizeof(uint16_t));
-    }
-}
-
 /* The half layer's input is the previous layer's half output. */
 static int input_half(const amp_layer *al)
 {

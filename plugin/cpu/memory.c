@@ -1,0 +1,42 @@
+/* The CPU backend's allocator, at the bottom of its files (docs/architecture.md):
+ * float32 scratch buffers that grow and are never shrunk, and the mapped
+ * memory of the plan's half tensors and of oneDNN's workspaces (given back
+ * to the system whole, so a layer's peak does not stay in the heap). */
+#define _DEFAULT_SOURCE 1 /* MAP_ANONYMOUS (POSIX from 2024 only) */
+#include "cpu.h"
+
+#include <stdlib.h>
+#include <sys/mman.h>
+
+float *amp_cpu_reserve(amp_buffer *b, size_t n)
+{
+    if (b->n < n) {
+        float *p = realloc(b->data, n * sizeof(float));
+        if (!p) abort();
+        b->data = p;
+        b->n = n;
+    }
+    return b->data;
+}
+
+void *amp_cpu_map(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void amp_cpu_unmap(void *p, size_t bytes)
+{
+    if (p) munmap(p, bytes);
+}
+
+int amp_cpu_grow_mapped(void **p, size_t *bytes, size_t need)
+{
+    if (*bytes >= need) return 0;
+    void *q = amp_cpu_map(need);
+    if (!q) return 1;
+    amp_cpu_unmap(*p, *bytes);
+    *p = q;
+    *bytes = need;
+    return 0;
+}

@@ -499,6 +499,26 @@ double amp_probe_bound(amp_dtype dtype);
 /* ---- hooks.c ---- */
 /* The start-up lines: settings, precision table, the backend's warnings. */
 void amp_describe(const amp_net *an, FILE *out);
+/* What a program beside the library adds to darknet's hooks (the darknet-amp
+ * program, plugin/program/: its options, start-up line, commands, training
+ * record): handed to the library once, before darknet runs. A library
+ * user's process has none; any member may be NULL. */
+struct amp_net_override;
+struct darknet_train_progress;
+typedef struct amp_program {
+    /* the program's -amp, or NULL (options.h's amp_net_override) */
+    const struct amp_net_override *(*net_override)(void);
+    /* [net] was read: whether AMP is on for cfgfile, at dtype, and which cfg
+     * values the override changed (conflict, "" when none) */
+    void (*net_read)(const network *net, const char *cfgfile, int enabled, amp_dtype dtype,
+                     int data_parallel, const char *conflict);
+    /* patch 0021's command hook: 1 when it ran the command (*status its exit
+     * status), 0 when darknet runs it; it may take its options out of argv */
+    int (*command)(int *argc, char **argv, int *status);
+    /* darknet's training progress, once an iteration */
+    void (*progress)(network *net, const struct darknet_train_progress *p);
+} amp_program;
+void amp_program_set(const amp_program *p);
 
 /* ---- options.c ---- */
 void amp_env_read(amp_env *env);

@@ -4,7 +4,6 @@
  * the training progress line. Also amp_attach, for programs that build
  * networks themselves. */
 #include "backend.h"
-#include "cli.h"
 #include "dist.h"
 #include "options.h"
 #include "state_file.h"
@@ -12,6 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The program beside the library, when there is one (amp_program_set). */
+static const amp_program *program;
+
+void amp_program_set(const amp_program *p)
+{
+    program = p;
+}
 
 /* The parse record lives in net->hook_data from [net] to network_parsed. */
 static int on_net_options(void *ctx, network *net, list *options, const char *cfgfile, char *err,
@@ -23,7 +30,8 @@ static int on_net_options(void *ctx, network *net, list *options, const char *cf
     /* The dtype by default: the network's backend's (float16 on a GPU,
      * bfloat16 on the CPU); darknet has set net->gpu_index by now. */
     const amp_dtype dtype = amp_backend_for(net)->default_dtype;
-    amp_net_override ov = *amp_cli_override(); /* the program's -amp */
+    amp_net_override ov = {0}; /* the program's -amp */
+    if (program && program->net_override) ov = *program->net_override();
     if (ov.set && ov.device_default) ov.dtype = dtype;
     char conflict[AMP_MSG_LEN];
     if (amp_options_parse_net_override(options, cfgfile, dtype, &ov, &enabled, &o, conflict,
@@ -43,8 +51,9 @@ static int on_net_options(void *ctx, network *net, list *options, const char *cf
                             net->batch, comm->size);
         net->batch /= comm->size;
     }
-    /* the program's start-up line (cli.c) */
-    amp_cli_net_read(net, cfgfile, enabled, o.dtype, comm != NULL, conflict);
+    /* the program's start-up line */
+    if (program && program->net_read)
+        program->net_read(net, cfgfile, enabled, o.dtype, comm != NULL, conflict);
     if (comm && !enabled) {
         amp_options_init(&o, AMP_DTYPE_FLOAT32);
         o.dynamic = 0;
@@ -414,17 +423,17 @@ static float on_train_mean(void *ctx, float v)
     return (float)(d / c->size);
 }
 
-/* Patch 0021: `darknet amp show FILE`. */
+/* Patch 0021: the program's commands and options (`darknet-amp amp show FILE`, -amp, -map). */
 static int on_command(void *ctx, int *argc, char **argv, int *status)
 {
     (void)ctx;
-    return amp_cli_command(argc, argv, status);
+    return program && program->command ? program->command(argc, argv, status) : 0;
 }
 
 static void on_train_progress(void *ctx, network *net, const darknet_train_progress *p)
 {
     (void)ctx;
-    amp_cli_progress(net, p);
+    if (program && program->progress) program->progress(net, p);
 }
 
 static const darknet_hooks amp_hooks = {

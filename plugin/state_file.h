@@ -106,12 +106,6 @@ amp_status amp_state_file_read(const char *weights, amp_dtype *dtype, amp_scale_
                                amp_weights_id *id, amp_state_extra *x, int *found, char *err,
                                size_t errlen);
 
-/* `darknet amp show`: the state file at path (or beside the weights file at
- * path) in words on out, and whether the weights file beside it is the one it
- * was saved with. A missing, unreadable or corrupt state file is an error
- * naming it, with nothing printed. */
-amp_status amp_state_file_show(const char *path, FILE *out, char *err, size_t errlen);
-
 /* The sidecar path for a weights path ("<weights>.amp") into out (size
  * bytes). Returns 0, or -1 if it does not fit (or an argument is NULL). */
 int amp_state_file_path(const char *weights, char *out, size_t size);

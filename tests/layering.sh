@@ -20,7 +20,7 @@ tmp=$(mktemp -d) || exit 1
 source_of() {
     echo "$1" | sed -e 's|.*/amp_core\.dir/|plugin/|' -e 's|.*/amp_cpu\.dir/|plugin/|' \
         -e 's|.*/amp_backends\.dir/|plugin/|' -e 's|.*/amp_cuda\.dir/|cuda/|' \
-        -e 's|.*/amp_program\.dir/|plugin/program/|' -e 's|\.o$||'
+        -e 's|.*/amp_program\.dir/|plugin/|' -e 's|\.o$||'
 }
 
 n=0

@@ -16,18 +16,38 @@
  * wall_s counts from the first run's start and goes on across resumes, whose
  * first iteration drops the rows from that iteration on.
  *
- * Only the darknet program reaches this (through patch 0021's command hook);
- * a library user's networks see none of it. Nothing here exits: a record or
+ * Only the darknet program links this (plugin/program/, never the
+ * libraries): it hands the library its part of darknet's hooks
+ * (amp_cli_program, hooks.c's amp_program_set), and a library user's
+ * networks see none of it. Nothing here exits: a record or
  * an evaluation that fails says so once and training goes on. */
 #ifndef AMP_CLI_H
 #define AMP_CLI_H
 
 #include "darknet.h"
+#include "core.h"    /* amp_program */
 #include "options.h" /* amp_net_override */
 
 #include <stddef.h>
 
-/* The command hook: runs `amp show FILE` (returns 1, *status its exit
+/* cli_options.c: the program's options as the command line gave them. */
+typedef struct amp_cli_options {
+    int program;            /* the command hook ran: this is the darknet-amp program */
+    double start;           /* when it started (amp_clock) */
+    amp_net_override amp;   /* -amp */
+    char amp_written[64];   /* ... as written, for the start-up line */
+    int map, map_every;     /* -map, -map_every N (0: the default) */
+    int ignored_said[3];    /* -dont_show, -show_imgs, -mjpeg_port said */
+} amp_cli_options;
+const amp_cli_options *amp_cli_options_get(void);
+/* The command hook ran: this process is the program, started now. */
+void amp_cli_started(void);
+/* Takes -amp, -map, -map_every and the forks' display options out of argv
+ * (from argv[2] on, lowering *argc): 0, or 1 with *status 2 and a message on
+ * stderr when one of them is malformed. */
+int amp_cli_take_options(int *argc, char **argv, int *status);
+
+/* cli.c: the command hook: runs `amp show FILE` (returns 1, *status its exit
  * status), or takes -amp, -map and -map_every out of argv (lowering *argc)
  * and returns 0 so that darknet runs its command; 1 with *status 2 and a
  * message on stderr when one of them is malformed. */
@@ -71,5 +91,15 @@ void amp_cli_net_read(const network *net, const char *cfgfile, int enabled, amp_
 
 /* The hooks' train_progress: one record row, and the mAP when it is due. */
 void amp_cli_progress(network *net, const darknet_train_progress *p);
+
+/* state_show.c: `darknet amp show`: the state file at path (or beside the weights file at
+ * path) in words on out, and whether the weights file beside it is the one it
+ * was saved with. A missing, unreadable or corrupt state file is an error
+ * naming it, with nothing printed. */
+amp_status amp_state_file_show(const char *path, FILE *out, char *err, size_t errlen);
+
+/* The program's part of darknet's hooks (hooks.c's amp_program), which
+ * cli_register.c hands the library before darknet runs. */
+extern const amp_program amp_cli_program;
 
 #endif

@@ -1,7 +1,7 @@
 /* Linked into the fork's `darknet` program only: registers the AMP hooks
  * before main() runs, so that a cfg with [net] amp=1 trains with AMP and
  * every cfg's AMP keys are validated. Libraries stay explicit (amp_register). */
-#include "darknet_amp.h"
+#include "cli.h" /* amp_cli_program */
 #include "dist.h"
 
 #include <stdio.h>
@@ -9,6 +9,7 @@
 
 __attribute__((constructor)) static void register_amp(void)
 {
+    amp_program_set(&amp_cli_program); /* the program's options, commands, record */
     if (amp_register() != AMP_OK)
         fprintf(stderr, "amp: warning: another plugin's hooks are registered; AMP is off\n");
     /* A data-parallel launch: MPI up (and the seed shared) before darknet

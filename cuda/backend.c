@@ -730,11 +730,32 @@ static void net_free(amp_net *an)
     an->bk = NULL;
 }
 
+/* backend.h's supports: convolutions and deconvolutions through cuDNN,
+ * connected layers through cuBLAS, and the recurrent layers whose
+ * sub-layers are connected (rnn, gru, lstm; not crnn's convolutions). No
+ * half form for locally connected layers, none for data movement yet: every
+ * tensor between layers is float32 on the GPU (docs/gpu.md). */
+static int supports(const amp_layer_kind *k, amp_dtype dtype)
+{
+    if (!k || dtype == AMP_DTYPE_FLOAT32) return 0;
+    switch (k->type) {
+    case CONVOLUTIONAL:
+    case DECONVOLUTIONAL:
+    case CONNECTED:
+    case RNN:
+    case GRU:
+    case LSTM: return 1;
+    default: return 0;
+    }
+}
+
 const amp_backend_ops amp_cuda_backend = {
+    .version = AMP_BACKEND_VERSION,
     .name = "CUDA",
     .default_dtype = AMP_DTYPE_FLOAT16,
     .host_timing = 0,
     .slots = slots,
+    .supports = supports,
     .net_init = net_init,
     .net_free = net_free,
     .layer_install = layer_install,

@@ -16,22 +16,38 @@
  *   decision. A backend never calls up into the step: it returns what the
  *   step needs, and the step decides what follows.
  *
- * Every member is required unless marked optional. Members that return
- * nothing report a failure with amp_net_fail(); the training loop stops on it.
+ * Every member is required unless marked optional; contract.c checks a
+ * table before a network attaches to it (the version, every required
+ * member, the members that come in pairs) and refuses one that falls short,
+ * naming the member. Members that return nothing report a failure with
+ * amp_net_fail(); the training loop stops on it.
  */
 #ifndef AMP_BACKEND_H
 #define AMP_BACKEND_H
 
 #include "core.h"
 
+/* The layout of this table. A change to a member's meaning or signature, or
+ * a new required member, increments it; a backend says which it was written
+ * for, and one written for another is refused at attach. */
+#define AMP_BACKEND_VERSION 2
 
 struct amp_backend_ops {
+    int version;                     /* AMP_BACKEND_VERSION */
     const char *name;                /* "CPU", "CUDA" */
     amp_dtype default_dtype;         /* amp_dtype when the cfg names none */
     int host_timing;                 /* DARKNET_AMP_PROFILE's timers mean something here */
 
     /* The function-pointer slots of a layer this backend runs. */
     amp_slots (*slots)(layer *l);
+    /* A pure query: whether the backend has a half form for layers of kind k
+     * (kinds.c) in the half dtype: a half layer of the policy (a GEMM or
+     * recurrent kind) the core makes AMP_PRECISION_FALLBACK without asking
+     * layer_install when not; a data-movement kind, that the activation plan
+     * can carry half tensors through it. 0 for float32 and for the kinds it
+     * has nothing for. A layer of a supported kind may still be refused by
+     * layer_install for its shape. */
+    int (*supports)(const amp_layer_kind *k, amp_dtype dtype);
 
     /* Per-network state, after the core collected the tensors and before any
      * layer is installed: AMP_OK, or refuses (a shared scaler, a GPU that

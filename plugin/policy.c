@@ -1,43 +1,22 @@
 /* The autocast policy: which darknet layers run their GEMM/convolution in half
- * precision. One table, by layer type (docs/design.md, "Autocast policy"). */
+ * precision: the GEMM and recurrent kinds of the table of layer kinds
+ * (kinds.c; docs/design.md, "Autocast policy"). */
 #include "core.h"
 #include "network.h" /* get_layer_string */
 
 #include <stdio.h>
 #include <string.h>
 
-typedef struct {
-    LAYER_TYPE type;
-    amp_precision precision;
-} policy_row;
-
-/* Types not listed run unchanged in float32: losses (yolo, region, detection,
- * softmax, cost, logistic, iseg), l2norm, normalization, batchnorm,
- * activation, and the data-movement layers (maxpool, avgpool, route,
- * shortcut, upsample, reorg, crop, dropout). */
-static const policy_row policy[] = {
-    {CONVOLUTIONAL, AMP_PRECISION_HALF},
-    {DECONVOLUTIONAL, AMP_PRECISION_HALF},
-    {CONNECTED, AMP_PRECISION_HALF},
-    {LOCAL, AMP_PRECISION_HALF},
-    /* the GEMMs of their sub-layers (connected; convolutional in crnn) */
-    {RNN, AMP_PRECISION_HALF},
-    {GRU, AMP_PRECISION_HALF},
-    {LSTM, AMP_PRECISION_HALF},
-    {CRNN, AMP_PRECISION_HALF},
-};
-
 amp_precision amp_policy(const layer *l, amp_dtype dtype, int half_allowed)
 {
     if (dtype == AMP_DTYPE_FLOAT32) return AMP_PRECISION_FP32;
-    for (size_t i = 0; i < sizeof policy / sizeof policy[0]; ++i) {
-        if (policy[i].type != l->type) continue;
-        if (!half_allowed) return AMP_PRECISION_OFF;
-        /* binary/xnor convolutions compute on signs: nothing to gain */
-        if (l->binary || l->xnor) return AMP_PRECISION_FP32;
-        return policy[i].precision;
-    }
-    return AMP_PRECISION_FP32;
+    const amp_layer_kind *k = amp_kind_of(l->type);
+    if (!k || (k->role != AMP_ROLE_GEMM && k->role != AMP_ROLE_RECURRENT))
+        return AMP_PRECISION_FP32;
+    if (!half_allowed) return AMP_PRECISION_OFF;
+    /* binary/xnor convolutions compute on signs: nothing to gain */
+    if (l->binary || l->xnor) return AMP_PRECISION_FP32;
+    return AMP_PRECISION_HALF;
 }
 
 /* What a layer runs in, as the start-up table names it: the precision and,

@@ -290,6 +290,7 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, const amp_backend_ops *ops
                           size_t errlen)
 {
     network *net = an->net;
+    AMP_FORWARD_IF_ERROR(amp_backend_check(ops, err, errlen));
     an->scaler = s;
     an->ops = ops;
     AMP_RETURN_ERROR_IF(an->comm && !ops->reduce, AMP_ERR_INVALID, err, errlen,
@@ -319,6 +320,8 @@ amp_status amp_net_attach(amp_net *an, amp_scaler *s, const amp_backend_ops *ops
         al->orig_backward = al->backward = *sl.backward;
         al->orig_update = al->update = *sl.update;
         al->precision = amp_policy(l, s->opt.dtype, al->half_allowed);
+        if (al->precision == AMP_PRECISION_HALF && !ops->supports(amp_kind_of(l->type), s->opt.dtype))
+            al->precision = AMP_PRECISION_FALLBACK; /* no half form for the kind here */
         AMP_FORWARD_IF_ERROR(ops->layer_install(al, l, err, errlen));
     }
     /* the activation plan, carried out by the backend before any layer runs */

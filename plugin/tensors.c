@@ -56,24 +56,10 @@ static amp_status add_tensor(amp_net *an, int index, layer *src, const char *sub
 
 int amp_param_sizes(const layer *l, size_t *weights, size_t *biases, size_t *scales)
 {
-    size_t w = 0, b = 0, s = 0;
-    switch (l->type) {
-    case CONVOLUTIONAL:
-    case DECONVOLUTIONAL:
-        w = l->nweights, b = l->n, s = l->batch_normalize ? l->n : 0;
-        break;
-    case CONNECTED:
-        w = (size_t)l->inputs * l->outputs, b = l->outputs;
-        s = l->batch_normalize ? l->outputs : 0;
-        break;
-    case LOCAL:
-        w = (size_t)l->c * l->n * l->size * l->size * l->out_w * l->out_h, b = l->outputs;
-        break;
-    default:
-        break;
-    }
-    *weights = w, *biases = b, *scales = s;
-    return w + b + s > 0;
+    const amp_layer_kind *k = amp_kind_of(l->type);
+    *weights = *biases = *scales = 0;
+    if (k && k->params) k->params(l, weights, biases, scales);
+    return *weights + *biases + *scales > 0;
 }
 
 /* The gradients of one layer that darknet's update consumes, by type. */
@@ -90,32 +76,8 @@ static amp_status add_layer_tensors(amp_net *an, int index, const char *sub, lay
 
 int amp_sublayers(const layer *l, layer **subs, const char **names)
 {
-    static const char *const rnn[] = {"input", "self", "output"};
-    static const char *const gru[] = {"uz", "wz", "ur", "wr", "uh", "wh"};
-    static const char *const lstm[] = {"wf", "wi", "wg", "wo", "uf", "ui", "ug", "uo"};
-    const char *const *n = NULL;
-    int count = 0;
-    switch (l->type) {
-    case RNN:
-    case CRNN:
-        subs[0] = l->input_layer, subs[1] = l->self_layer, subs[2] = l->output_layer;
-        n = rnn, count = 3;
-        break;
-    case GRU:
-        subs[0] = l->uz, subs[1] = l->wz, subs[2] = l->ur, subs[3] = l->wr, subs[4] = l->uh;
-        subs[5] = l->wh;
-        n = gru, count = 6;
-        break;
-    case LSTM:
-        subs[0] = l->wf, subs[1] = l->wi, subs[2] = l->wg, subs[3] = l->wo, subs[4] = l->uf;
-        subs[5] = l->ui, subs[6] = l->ug, subs[7] = l->uo;
-        n = lstm, count = 8;
-        break;
-    default:
-        return 0;
-    }
-    for (int k = 0; k < count; ++k) names[k] = n[k];
-    return count;
+    const amp_layer_kind *k = amp_kind_of(l->type);
+    return k && k->subs ? k->subs(l, subs, names) : 0;
 }
 
 amp_status amp_collect_tensors(amp_net *an, char *err, size_t errlen)
@@ -162,12 +124,9 @@ static amp_status add_state(amp_net *an, int index, layer *src, const char *sub,
  * channel count its save_weights writes them with. */
 static amp_status add_statistics(amp_net *an, int index, const char *sub, layer *l)
 {
-    size_t n = 0;
-    if (l->type == BATCHNORM) n = (size_t)l->c;
-    else if (!l->batch_normalize) return AMP_OK;
-    else if (l->type == CONVOLUTIONAL || l->type == DECONVOLUTIONAL) n = (size_t)l->n;
-    else if (l->type == CONNECTED) n = (size_t)l->outputs;
-    else return AMP_OK;
+    const amp_layer_kind *k = amp_kind_of(l->type);
+    const size_t n = k && k->statistics ? k->statistics(l) : 0;
+    if (!n) return AMP_OK;
     AMP_FORWARD_IF_ERROR(add_state(an, index, l, sub, AMP_STATE_ROLLING_MEAN, l->rolling_mean, n));
     return add_state(an, index, l, sub, AMP_STATE_ROLLING_VARIANCE, l->rolling_variance, n);
 }

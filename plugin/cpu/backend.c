@@ -395,11 +395,28 @@ static void describe(const amp_net *an, FILE *out)
     }
 }
 
+/* backend.h's supports: every GEMM kind (oneDNN for convolutions,
+ * deconvolutions and inner products, the emulation for all four), recurrent
+ * layers through their sub-layers, the data-movement kinds movement.c and
+ * maxpool.c have half forms for. */
+static int supports(const amp_layer_kind *k, amp_dtype dtype)
+{
+    if (!k || dtype == AMP_DTYPE_FLOAT32) return 0;
+    switch (k->role) {
+    case AMP_ROLE_GEMM: return amp_emulation_has(k->type);
+    case AMP_ROLE_RECURRENT: return 1;
+    case AMP_ROLE_MOVES: return amp_movement_has_kind(k->type);
+    default: return 0;
+    }
+}
+
 const amp_backend_ops amp_cpu_backend = {
+    .version = AMP_BACKEND_VERSION,
     .name = "CPU",
     .default_dtype = AMP_DTYPE_BFLOAT16,
     .host_timing = 1,
     .slots = slots,
+    .supports = supports,
     .net_init = net_init,
     .net_free = net_free,
     .layer_install = layer_install,

@@ -198,6 +198,8 @@ amp_status amp_cpu_settings(cpu_net *cn, char *err, size_t errlen);
 /* emulated.c: the emulation of l's type into al (forward, backward, runner, label), or
  * AMP_ERR_INVALID with why when it has none. */
 amp_status amp_emulation_install(amp_layer *al, layer *l, char *why, size_t whylen);
+/* Whether the emulation has forms for layers of this type (a GEMM kind). */
+int amp_emulation_has(LAYER_TYPE type);
 /* The emulated layers, also the oneDNN paths' fallbacks. */
 void amp_emulated_conv_forward(layer l, network net);
 void amp_emulated_conv_backward(layer l, network net);
@@ -239,6 +241,8 @@ void amp_maxpool_nhwc_forward(const layer *l, amp_dtype dt, const uint16_t *in, 
 void amp_maxpool_nhwc_backward(const layer *l, amp_dtype dt, const uint16_t *d, const int *idx,
                                uint16_t *dst);
 int amp_movement_has_half(const layer *l);
+/* Whether movement.c (or maxpool.c) has a half form for the type at all. */
+int amp_movement_has_kind(LAYER_TYPE type);
 void amp_movement_install(amp_layer *al, layer *l);
 
 /* memory.c: a buffer of at least n floats (grown, never shrunk; aborts when

@@ -390,20 +390,29 @@ int amp_movement_has_half(const layer *l)
     }
 }
 
+/* The half forms of the data-movement kinds, one row a kind (kinds.c). */
+static const struct {
+    LAYER_TYPE type;
+    amp_layer_fn forward, backward;
+} forms[] = {
+    {MAXPOOL, amp_maxpool_forward_half, amp_maxpool_backward_half},
+    {ROUTE, route_forward, route_backward},
+    {UPSAMPLE, upsample_forward, upsample_backward},
+    {SHORTCUT, shortcut_forward, shortcut_backward},
+    {REORG, reorg_forward, reorg_backward},
+    {AVGPOOL, avgpool_forward, avgpool_backward},
+    {DROPOUT, dropout_forward, dropout_backward},
+};
+
+int amp_movement_has_kind(LAYER_TYPE type)
+{
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; ++i)
+        if (forms[i].type == type) return 1;
+    return 0;
+}
+
 void amp_movement_install(amp_layer *al, layer *l)
 {
-    static const struct {
-        LAYER_TYPE type;
-        amp_layer_fn forward, backward;
-    } forms[] = {
-        {MAXPOOL, amp_maxpool_forward_half, amp_maxpool_backward_half},
-        {ROUTE, route_forward, route_backward},
-        {UPSAMPLE, upsample_forward, upsample_backward},
-        {SHORTCUT, shortcut_forward, shortcut_backward},
-        {REORG, reorg_forward, reorg_backward},
-        {AVGPOOL, avgpool_forward, avgpool_backward},
-        {DROPOUT, dropout_forward, dropout_backward},
-    };
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; ++i)
         if (forms[i].type == l->type) {
             al->forward = forms[i].forward;

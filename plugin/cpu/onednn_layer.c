@@ -46,16 +46,6 @@ static void emulated_backward(layer l, network net)
     else amp_emulated_conv_backward(l, net);
 }
 
-/* Multiply-adds of one pass (forward, backward-data or backward-weights) of
- * a layer (DARKNET_AMP_PROFILE). */
-static double layer_macs(const layer *l)
-{
-    if (l->type == CONNECTED) return (double)l->batch * l->inputs * l->outputs;
-    if (l->type == DECONVOLUTIONAL)
-        return (double)l->batch * l->h * l->w * l->c * l->n * l->size * l->size;
-    return (double)l->batch * l->out_h * l->out_w * l->n * (l->c / l->groups) * l->size * l->size;
-}
-
 /* The layer's label for what was built: the form ("im2col + matmul") and,
  * for half numerics on float32 kernels, so. A convolution may change form
  * with its shape (random=1), and its label with it. */
@@ -109,7 +99,7 @@ static amp_status run_forward(amp_layer *al, amp_dnnl_conv *d, layer l, network 
     if (profile) {
         al->prof.fwd_s += amp_clock() - t0;
         al->prof.gemm_s += t1 - t0;
-        al->prof.gflop += 2e-9 * layer_macs(&l);
+        al->prof.gflop += 2e-9 * amp_kind_macs(&l);
         al->prof.calls++;
     }
     return AMP_OK;
@@ -136,7 +126,7 @@ static amp_status run_backward(amp_layer *al, amp_dnnl_conv *d, layer l, network
         double t2 = amp_clock();
         al->prof.bwd_s += t2 - t0;
         al->prof.gemm_s += t2 - t1;
-        al->prof.gflop += 2e-9 * layer_macs(&l) * (net.delta ? 2 : 1);
+        al->prof.gflop += 2e-9 * amp_kind_macs(&l) * (net.delta ? 2 : 1);
         al->prof.calls++;
     }
     return st;

@@ -254,7 +254,14 @@ static void poke_delta(amp_net *an, const layer *l, size_t i, float value)
     l->delta[i] = value;
 }
 
+/* Every GEMM kind, as darknet's float32 layers here (layer_install). */
+static int supports(const amp_layer_kind *k, amp_dtype dtype)
+{
+    return k && dtype != AMP_DTYPE_FLOAT32 && k->role == AMP_ROLE_GEMM;
+}
+
 static const amp_backend_ops host_decided = {
+    .version = AMP_BACKEND_VERSION, .supports = supports,
     .name = "fake host-decided", .default_dtype = AMP_DTYPE_FLOAT32, .slots = slots,
     .net_init = net_init, .net_free = net_free, .layer_install = layer_install,
     .layer_free = layer_free, .begin_batch = begin_batch, .scale_loss = scale_loss,
@@ -263,6 +270,7 @@ static const amp_backend_ops host_decided = {
 };
 
 static const amp_backend_ops device_decided = {
+    .version = AMP_BACKEND_VERSION, .supports = supports,
     .name = "fake device-decided", .default_dtype = AMP_DTYPE_FLOAT32, .slots = slots,
     .net_init = net_init, .net_free = net_free, .layer_install = layer_install,
     .layer_free = layer_free, .begin_batch = begin_batch, .scale_loss = scale_loss,

@@ -1,0 +1,38 @@
+/* The backend contract (backend.h) checked before a network attaches: a
+ * table of another version, one without a required member, or one with half
+ * of a pair, is refused with the member named (ggml's backends check their
+ * interface the same way, at registration). */
+#include "backend.h"
+
+#define MISSING(member) (!ops->member ? #member : NULL)
+
+amp_status amp_backend_check(const amp_backend_ops *ops, char *err, size_t errlen)
+{
+    AMP_RETURN_ERROR_IF(!ops, AMP_ERR_INVALID, err, errlen, "amp: no backend");
+    const char *who = ops->name ? ops->name : "unnamed";
+    AMP_RETURN_ERROR_IF(ops->version != AMP_BACKEND_VERSION, AMP_ERR_INVALID, err, errlen,
+                        "amp: the %s backend was written for version %d of the backend "
+                        "interface, this core is version %d (plugin/backend.h)",
+                        who, ops->version, AMP_BACKEND_VERSION);
+    const char *const required[] = {
+        MISSING(name),      MISSING(slots),       MISSING(supports),     MISSING(net_init),
+        MISSING(net_free),  MISSING(layer_install), MISSING(layer_free), MISSING(begin_batch),
+        MISSING(scale_loss), MISSING(rescale),    MISSING(unscale),      MISSING(end_mid_batch),
+        MISSING(poke),      MISSING(poke_delta),
+        /* a step is decided on the host (restore) or on the device (decide, step_end) */
+        ops->decide ? MISSING(step_end) : MISSING(restore),
+        ops->step_end ? MISSING(decide) : NULL,
+        ops->activations_release ? MISSING(activations) : NULL,
+        ops->prof_begin || ops->prof_end || ops->prof_collect
+            ? (MISSING(prof_begin) ? MISSING(prof_begin)
+               : MISSING(prof_end) ? MISSING(prof_end) : MISSING(prof_collect))
+            : NULL,
+        ops->pull ? MISSING(push) : ops->push ? MISSING(pull) : NULL,
+    };
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; ++i)
+        AMP_RETURN_ERROR_IF(required[i], AMP_ERR_INVALID, err, errlen,
+                            "amp: the %s backend lacks %s, which backend.h requires%s", who,
+                            required[i],
+                            i >= 14 ? " (the members that come with what it has)" : "");
+    return AMP_OK;
+}

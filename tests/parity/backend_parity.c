@@ -21,6 +21,16 @@
  *   backend_parity --no-cpu-reference CFG     GPU only, against darknet's
  *                                             float32 GPU layers (for layers
  *                                             darknet cannot run on the CPU)
+ *   backend_parity --kinds BACKEND CFGDIR OUT every layer kind of the table
+ *                                             (plugin/kinds.c) the backend
+ *                                             (cpu, cuda) supports, in
+ *                                             float16 and bfloat16, on a
+ *                                             small network of its own
+ *                                             (ggml's test-backend-ops loop:
+ *                                             kinds x dtypes), against
+ *                                             darknet's float32 and the
+ *                                             emulation; a kind with no
+ *                                             network here fails
  *   --plan                                    the CPU modes with the activation
  *                                             plan on (amp_activations=half):
  *                                             tensors between half layers in
@@ -101,6 +111,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #ifdef GPU
 #include <cuda_runtime_api.h>
@@ -602,8 +613,151 @@ static int gpu(const char *cfg, int cpu_reference, int resize)
 #endif
 }
 
+/* ---- --kinds: every kind x dtype a backend supports ---- */
+
+/* A kind's network: [net] and a convolution, the kind's body (or a cfg of
+ * tests/cfg), then a convolution, an average pool, a 1x1 convolution and
+ * softmax, which owns the cost. cpu_skip: why darknet's CPU cannot be the
+ * reference (the kind is compared on a GPU only). Two of darknet's own CPU
+ * faults shape the bodies: its local layer sizes its workspace in floats
+ * where the network allocates bytes (so a layer after it needs a larger
+ * one: 16 filters), and the backward of a 1x1 convolution writes its data
+ * gradient over the input's delta instead of adding (so the route's second
+ * reader is a 3x3 convolution: with a 1x1 darknet's float32 loses the
+ * route's share of layer 0's gradient, which the half forms keep). The
+ * average pool is the one the tail has. */
+typedef struct {
+    LAYER_TYPE type;
+    const char *body, *cfg, *cpu_skip;
+} kind_net;
+
+#define KN_CONV(f, sz, st) \
+    "[convolutional]\nbatch_normalize=1\nfilters=" #f "\nsize=" #sz "\nstride=" #st "\npad=1\n" \
+    "activation=leaky\n\n"
+
+static const kind_net kind_nets[] = {
+    {CONVOLUTIONAL, KN_CONV(16, 3, 2), NULL, NULL},
+    {DECONVOLUTIONAL, "[deconvolutional]\nbatch_normalize=1\nfilters=8\nsize=4\nstride=2\n"
+                      "padding=1\nactivation=leaky\n\n", NULL, NULL},
+    {CONNECTED, "[connected]\noutput=24\nactivation=leaky\n\n", NULL, NULL},
+    {LOCAL, "[local]\nfilters=16\nsize=3\nstride=1\npad=1\nactivation=leaky\n\n", NULL, NULL},
+    {CRNN, NULL, "crnn.cfg", NULL},
+    {GRU, NULL, "gru.cfg", NULL},
+    {RNN, NULL, "recurrent.cfg", "darknet's CPU rnn forward writes past a buffer"},
+    {LSTM, NULL, "recurrent.cfg", "darknet's CPU lstm crashes"},
+    {MAXPOOL, "[maxpool]\nsize=2\nstride=1\n\n", NULL, NULL},
+    {AVGPOOL, "", NULL, NULL},
+    {ROUTE, KN_CONV(8, 3, 1) "[route]\nlayers=-1,-2\n\n", NULL, NULL},
+    {SHORTCUT, KN_CONV(8, 3, 1) "[shortcut]\nfrom=-2\nactivation=linear\n\n", NULL, NULL},
+    {UPSAMPLE, "[upsample]\nstride=2\n\n", NULL, NULL},
+    {REORG, "[reorg]\nstride=2\n\n", NULL, NULL},
+    {DROPOUT, "[dropout]\nprobability=.25\n\n", NULL, NULL},
+};
+
+/* The kind's network as a cfg file under out (or tests/cfg's): its path. */
+static const char *kind_cfg(const kind_net *kn, const char *name, const char *cfgdir,
+                            const char *out, char *path, size_t n)
+{
+    if (kn->cfg) {
+        snprintf(path, n, "%s/%s", cfgdir, kn->cfg);
+        return path;
+    }
+    snprintf(path, n, "%s/%s.cfg", out, name);
+    mkdir(out, 0777); /* there already, or fopen says why not */
+    FILE *f = fopen(path, "w");
+    if (!f) return NULL;
+    fprintf(f, "[net]\nbatch=2\nsubdivisions=1\nheight=16\nwidth=16\nchannels=3\n"
+               "momentum=0.9\ndecay=0.0005\nlearning_rate=0.05\nmax_batches=100\n\n"
+               KN_CONV(8, 3, 1) "%s" KN_CONV(8, 3, 1)
+               "[avgpool]\n\n[convolutional]\nfilters=5\nsize=1\nstride=1\npad=1\n"
+               "activation=linear\n\n[softmax]\n",
+            kn->body);
+    return fclose(f) == 0 ? path : NULL;
+}
+
+/* The first layer of the kind's type (after the leading convolution). */
+static int kind_layer(const network *net, LAYER_TYPE type)
+{
+    for (int i = 1; i < net->n; ++i)
+        if (net->layers[i].type == type) return i;
+    return net->layers[0].type == type ? 0 : -1;
+}
+
+/* One kind in one dtype on a backend (gpu: CUDA), against darknet's float32
+ * (its own device) and the emulation on the CPU. */
+static void kind_pairs(const char *cfg, const amp_layer_kind *k, const kind_net *kn,
+                       amp_dtype dt, int gpu)
+{
+    const double eps = eps_of(dt);
+    char name[2][64];
+    snprintf(name[0], sizeof name[0], "[%s] %s vs float32", k->name, amp_dtype_name(dt));
+    snprintf(name[1], sizeof name[1], "[%s] %s vs emulation", k->name, amp_dtype_name(dt));
+    const bounds bd[2] = {{name[0], 8 * eps, 8 * eps, dt == AMP_DTYPE_BFLOAT16 ? 0.6 : 0.3},
+                          {name[1], 4 * eps, 4 * eps, dt == AMP_DTYPE_BFLOAT16 ? 0.1 : 0.05}};
+    const int cpu_ref = !kn->cpu_skip;
+    plan_on = !gpu; /* the CPU's half tensors between layers: the movement kinds' forms run */
+    const net_spec f32 = {gpu, 0, dt, NULL, AMP_BN_DARKNET_CPU};
+    const net_spec half = {gpu, 1, dt, gpu ? NULL : "auto", AMP_BN_DARKNET_CPU};
+    const net_spec emul = {0, 1, dt, "emulate", gpu ? AMP_BN_CUDNN : AMP_BN_DARKNET_CPU};
+    const int count = cpu_ref ? 3 : 2;
+    network *nets[3] = {build(cfg, &f32), build(cfg, &half), cpu_ref ? build(cfg, &emul) : NULL};
+    const int i = kind_layer(nets[1], k->type);
+    const amp_net *an = amp_net_of(nets[1]);
+    if (k->role == AMP_ROLE_MOVES)
+        CHECK(i >= 0 && an->layers[i].region && an->layers[i].out_half,
+              "%s %s: layer %d [%s] carries half tensors (its half form)", gpu ? "CUDA" : "CPU",
+              amp_dtype_name(dt), i, k->name);
+    else
+        CHECK(i >= 0 && an->layers[i].precision == AMP_PRECISION_HALF,
+              "%s %s: layer %d [%s] in half (%s)", gpu ? "CUDA" : "CPU", amp_dtype_name(dt), i,
+              k->name, i >= 0 && an->layers[i].label ? an->layers[i].label : "no label");
+    passes(nets, count, (int[]){0, 2}, (int[]){1, 1}, bd, count - 1, 0);
+    if (cpu_ref) free_nets(nets, count); /* upstream's free_layer frees an rnn's output twice */
+}
+
+static int kinds(const char *backend, const char *cfgdir, const char *out)
+{
+    const int gpu = !strcmp(backend, "cuda");
+    if (gpu && !test_gpu_available()) return 77;
+    const amp_backend_ops *ops = amp_backend_for(&(network){.gpu_index = gpu ? 0 : -1});
+    const amp_dtype dtypes[] = {AMP_DTYPE_FLOAT16, AMP_DTYPE_BFLOAT16};
+    int compared = 0;
+    for (int j = 0; j < amp_kind_count(); ++j) {
+        const amp_layer_kind *k = amp_kind_at(j);
+        if (k->role == AMP_ROLE_NORMALISES) continue; /* float32 everywhere */
+        const kind_net *kn = NULL;
+        for (size_t m = 0; m < sizeof kind_nets / sizeof kind_nets[0]; ++m)
+            if (kind_nets[m].type == k->type) kn = &kind_nets[m];
+        CHECK(kn != NULL, "[%s]: a network to test the kind with (kind_nets)", k->name);
+        if (!kn) continue;
+        char path[1024];
+        const char *cfg = kind_cfg(kn, k->name, cfgdir, out, path, sizeof path);
+        CHECK(cfg != NULL, "[%s]: its network written to %s", k->name, path);
+        for (int t = 0; cfg && t < 2; ++t) {
+            if (!ops->supports(k, dtypes[t])) {
+                printf("ok: %s has no half form for [%s] in %s: not compared\n", ops->name,
+                       k->name, amp_dtype_name(dtypes[t]));
+                continue;
+            }
+            if (!gpu && kn->cpu_skip) {
+                printf("ok: [%s] not compared on the CPU: %s (the GPU's kinds compare it)\n",
+                       k->name, kn->cpu_skip);
+                continue;
+            }
+            kind_pairs(cfg, k, kn, dtypes[t], gpu);
+            compared += 1;
+        }
+    }
+    CHECK(compared > 0, "%s: %d kind x dtype pairs compared", ops->name, compared);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 5 && !strcmp(argv[1], "--kinds")) {
+        const int skip = kinds(argv[2], argv[3], argv[4]);
+        return skip ? skip : check_report();
+    }
     const char *mode = "gpu", *cfg = NULL;
     int resize = 0, expect = 0, bad = 0;
     for (int i = 1; i < argc; ++i) {

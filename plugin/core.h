@@ -3,23 +3,25 @@
  * or name here: a backend keeps its own state behind the void pointers
  * amp_net.bk and amp_layer.bk, and names itself in amp_layer.label.
  *
- * Map of the core (docs/architecture.md):
- *   step.c      the training step's phase machine and the three layer
- *               wrappers, attach and detach, amp_unscale/amp_step
- *   tensors.c   darknet knowledge: a layer's parameter gradients, what a
- *               forward pass changes besides (amp_fwd_state), the
- *               sub-layers of recurrent layers, function-pointer slots
- *   weights_check.c what darknet's save writes, and a saved file's
- *               non-finite values said
- *   scaler.c    the loss scaler: its invariants, the scale rule's use, every
- *               skip and scale message, amp_max_skips
- *   hooks.c     darknet's hook table: cfg keys, attaching, the state file
- *               beside the weights, the progress line; amp_attach
- *   options.c   the cfg keys and every DARKNET_AMP_* environment variable
- *   state_file.c the <weights>.amp file
- *   policy.c    which layers run in half; profile.c, inject.c: aids
- *   backends.c  the one place that knows which backends exist
- *   half_format.h, grad_math.h, scale_rule.h: element math shared with cuda/
+ * Map of the core, by tier from the bottom up (docs/architecture.md,
+ * "Layers"; build.layering holds the code to it):
+ *   leaf        common.c (names, the clock), error.c, kinds.c (the table of
+ *               layer kinds), contract.c (a backend's table checked)
+ *   scaler      scaler.c: the scaler as arithmetic and its invariants
+ *   state       options.c (cfg keys, DARKNET_AMP_*), tensors.c (darknet
+ *               knowledge: gradients, forward states, sub-layers, slots),
+ *               loss_cause.c, policy.c, plan.c, state_file.c,
+ *               weights_check.c, profile.c, inject.c, dist.c, net_error.c
+ *   rules       fallback.c (amp_fallback's rules, applied at the step's
+ *               end), probe.c (amp_probe)
+ *   backends    plugin/cpu/, cuda/ (through backend.h; never each other)
+ *   step        settle.c (what a step's outcome means), step.c (phases,
+ *               wrappers, attach/detach, the structure's changes)
+ *   registry    backends.c, the one place that knows which backends exist
+ *   hooks       hooks.c: darknet's hook table, amp_attach, the program's
+ *               part through amp_program
+ *   math/       half_format.h, grad_math.h, scale_rule.h: element math
+ *               shared with cuda/
  */
 #ifndef AMP_CORE_H
 #define AMP_CORE_H

@@ -649,7 +649,7 @@ static amp_status net_init(amp_net *an, char *err, size_t errlen)
     AMP_RETURN_ERROR_IF(!an->owns_scaler, AMP_ERR_INVALID, err, errlen,
                         "amp_attach: an explicit scaler (amp_scaler_create) is not supported on "
                         "the GPU, where the scale is kept on the device (docs/gpu.md); attach "
-                        "with amp_attach_options or amp=1 in the cfg");
+                        "with amp_attach_config or amp=1 in the cfg");
     AMP_FORWARD_IF_ERROR(check_device(an, err, errlen));
     amp_gpu_net *g = calloc(1, sizeof *g);
     AMP_RETURN_ERROR_IF(!g, AMP_ERR_NOMEM, err, errlen, "amp: out of memory attaching to %s",

@@ -35,6 +35,44 @@
 #include <stddef.h>
 #include <stdio.h>
 
+/* The scaler's settings, resolved: the [net] cfg keys of docs/cfg.md map onto
+ * them (options.c). Internal: programs set them by key (amp_config). */
+typedef struct amp_options {
+    amp_dtype dtype;
+    int dynamic;           /* 1: the scale adapts; 0: static, always init_scale */
+    float init_scale;      /* amp_init_scale, or loss_scale when static */
+    float growth_factor;   /* > 1 */
+    float backoff_factor;  /* in (0, 1) */
+    long growth_interval;  /* good steps before a growth, >= 1 */
+    int hysteresis;        /* overflows tolerated in a row before a backoff, >= 1 */
+    float min_scale;       /* backoff never goes below */
+    float max_scale;       /* growth never goes above */
+    long max_skips;        /* error after this many skipped steps in a row; 0 = never */
+    int half_activations;  /* amp_activations: 1 (half, the default) stores the tensors
+                              between half layers in the half dtype where the backend can;
+                              0 (float32) keeps every tensor darknet's float32 */
+    int fallback;          /* amp_fallback: 1 (the default) runs a half layer that overflows
+                              its dtype where no loss scale helps in float32 from the next
+                              step on; 0 leaves it in half (amp_max_skips applies) */
+    long fallback_after;   /* amp_fallback_after: that many steps in a row skipped at
+                              amp_min_scale, each first non-finite in the same half layer's
+                              gradients, make it fall back too; >= 1 */
+    int probe;             /* amp_probe: 1 compares every half layer's output with float32's
+                              on the first batch (same input) and puts those beyond the
+                              dtype's bound back to float32 (with amp_fallback); 0 (the
+                              default) does not */
+} amp_options;
+
+/* Defaults: PyTorch GradScaler's (65536, x2, x0.5, 2000), hysteresis 1, scale in
+ * [1, 2^24], no skip limit; bfloat16 defaults to a static scale of 1. */
+void amp_options_init(amp_options *o, amp_dtype dtype);
+/* amp_scaler_create and amp_attach_config on resolved settings. */
+amp_status amp_scaler_create_options(const amp_options *o, amp_scaler **out, char *err,
+                                     size_t errlen);
+amp_status amp_attach_options(network *net, const amp_options *o, char *err, size_t errlen);
+/* The settings an amp_config resolved to (config.c). */
+const amp_options *amp_config_options(const amp_config *c);
+
 struct amp_scaler {
     amp_options opt;
     amp_scale_params params;

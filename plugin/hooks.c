@@ -62,7 +62,7 @@ static int on_net_options(void *ctx, network *net, list *options, const char *cf
     }
     amp_net *an = amp_net_new(net);
     amp_scaler *s = NULL;
-    if (!an || (enabled && amp_scaler_create(&o, &s, err, errlen) != AMP_OK)) {
+    if (!an || (enabled && amp_scaler_create_options(&o, &s, err, errlen) != AMP_OK)) {
         if (!err[0]) amp_errorf(err, errlen, "%s: out of memory", cfgfile);
         amp_net_free(an);
         return 1;
@@ -505,8 +505,14 @@ amp_status amp_attach_options(network *net, const amp_options *o, char *err, siz
 {
     AMP_RETURN_ERROR_IF(!o, AMP_ERR_INVALID, err, errlen, "amp_attach_options: NULL options");
     amp_scaler *s = NULL;
-    AMP_FORWARD_IF_ERROR(amp_scaler_create(o, &s, err, errlen));
+    AMP_FORWARD_IF_ERROR(amp_scaler_create_options(o, &s, err, errlen));
     return attach_with(net, s, 1, err, errlen);
+}
+
+amp_status amp_attach_config(network *net, const amp_config *c, char *err, size_t errlen)
+{
+    AMP_RETURN_ERROR_IF(!c, AMP_ERR_INVALID, err, errlen, "amp_attach_config: NULL config");
+    return amp_attach_options(net, amp_config_options(c), err, errlen);
 }
 
 void amp_detach(network *net)

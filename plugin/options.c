@@ -604,6 +604,24 @@ amp_status amp_options_parse_net_override(list *net_options, const char *cfgfile
     return AMP_OK;
 }
 
+amp_status amp_options_from_keys(kvp *pairs, int n, amp_dtype dtype, amp_options *o, char *err,
+                                 size_t errlen)
+{
+    static const char where[] = "amp_config:";
+    parsed v;
+    memset(&v, 0, sizeof v);
+    if (err && errlen) err[0] = '\0';
+    for (int i = 0; i < n; ++i) {
+        AMP_RETURN_ERROR_IF(find_key(pairs[i].key) == K_AMP, AMP_ERR_INVALID, err, errlen,
+                            "%s amp=%s: amp is a cfg's on/off switch, not a setting", where,
+                            pairs[i].val ? pairs[i].val : "");
+        AMP_FORWARD_IF_ERROR(net_key(&pairs[i], &v, where, err, errlen));
+        AMP_RETURN_ERROR_IF(!pairs[i].used, AMP_ERR_INVALID, err, errlen,
+                            "%s %s: not an AMP key (docs/cfg.md)", where, pairs[i].key);
+    }
+    return combine(&v, where, dtype, o, err, errlen);
+}
+
 /* ---- Layer sections ---- */
 
 typedef struct layer_keys {

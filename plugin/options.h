@@ -16,6 +16,8 @@
 
 #include "darknet.h"
 #include "darknet_amp.h"
+#include "core.h" /* amp_options */
+#include "option_list.h" /* kvp */
 
 #include <stddef.h>
 
@@ -27,6 +29,12 @@
  * net_options NULL reads as an empty section. */
 amp_status amp_options_parse_net(list *net_options, const char *cfgfile, amp_dtype default_dtype,
                                  int *enabled, amp_options *o, char *err, size_t errlen);
+
+/* The [net] keys pairs[0..n) (a key at most once; amp is not one) onto the
+ * defaults of dtype, checked as a cfg's: AMP_OK with *o, or why, the keys
+ * named as written ("amp_config: amp_growth_factor=1: expected a number > 1"). */
+amp_status amp_options_from_keys(kvp *pairs, int n, amp_dtype dtype, amp_options *o, char *err,
+                                 size_t errlen);
 
 /* A command line's choice over the cfg's [net] amp and amp_dtype (the
  * darknet-amp program's -amp): set 0 leaves the cfg's; enabled 0 is amp=0,

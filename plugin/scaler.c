@@ -91,7 +91,8 @@ void amp_scaler_setup(amp_scaler *s, const amp_options *o)
     amp_scale_state_init(&s->state, &s->params, o->init_scale);
 }
 
-amp_status amp_scaler_create(const amp_options *o, amp_scaler **out, char *err, size_t errlen)
+amp_status amp_scaler_create_options(const amp_options *o, amp_scaler **out, char *err,
+                                     size_t errlen)
 {
     AMP_RETURN_ERROR_IF(!o || !out, AMP_ERR_INVALID, err, errlen,
                         "amp_scaler_create: NULL argument");

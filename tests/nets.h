@@ -6,6 +6,7 @@
 
 #include "darknet.h"
 #include "darknet_amp.h"
+#include "core.h" /* amp_options: the tests set the resolved settings directly */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +39,7 @@ static inline amp_status test_attach_options(network *net, const amp_options *o,
     if (net->gpu_index >= 0) return amp_attach_options(net, o, err, errlen);
 #endif
     amp_scaler *s = NULL;
-    amp_status st = amp_scaler_create(o, &s, err, errlen);
+    amp_status st = amp_scaler_create_options(o, &s, err, errlen);
     return st == AMP_OK ? amp_attach(net, s, err, errlen) : st;
 }
 

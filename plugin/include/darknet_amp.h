@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 #define DARKNET_AMP_VERSION_MAJOR 0
-#define DARKNET_AMP_VERSION_MINOR 1
+#define DARKNET_AMP_VERSION_MINOR 2
 #define DARKNET_AMP_VERSION_PATCH 0
 
 struct network;
@@ -46,36 +46,25 @@ typedef enum amp_status {
                               run the dtype */
 } amp_status;
 
-/* The scaler's settings; the [net] cfg keys of docs/cfg.md map onto them. */
-typedef struct amp_options {
-    amp_dtype dtype;
-    int dynamic;           /* 1: the scale adapts; 0: static, always init_scale */
-    float init_scale;      /* amp_init_scale, or loss_scale when static */
-    float growth_factor;   /* > 1 */
-    float backoff_factor;  /* in (0, 1) */
-    long growth_interval;  /* good steps before a growth, >= 1 */
-    int hysteresis;        /* overflows tolerated in a row before a backoff, >= 1 */
-    float min_scale;       /* backoff never goes below */
-    float max_scale;       /* growth never goes above */
-    long max_skips;        /* error after this many skipped steps in a row; 0 = never */
-    int half_activations;  /* amp_activations: 1 (half, the default) stores the tensors
-                              between half layers in the half dtype where the backend can;
-                              0 (float32) keeps every tensor darknet's float32 */
-    int fallback;          /* amp_fallback: 1 (the default) runs a half layer that overflows
-                              its dtype where no loss scale helps in float32 from the next
-                              step on; 0 leaves it in half (amp_max_skips applies) */
-    long fallback_after;   /* amp_fallback_after: that many steps in a row skipped at
-                              amp_min_scale, each first non-finite in the same half layer's
-                              gradients, make it fall back too; >= 1 */
-    int probe;             /* amp_probe: 1 compares every half layer's output with float32's
-                              on the first batch (same input) and puts those beyond the
-                              dtype's bound back to float32 (with amp_fallback); 0 (the
-                              default) does not */
-} amp_options;
-
-/* Defaults: PyTorch GradScaler's (65536, x2, x0.5, 2000), hysteresis 1, scale in
- * [1, 2^24], no skip limit; bfloat16 defaults to a static scale of 1. */
-AMP_API void amp_options_init(amp_options *o, amp_dtype dtype);
+/* The scaler's settings, set by the names of the [net] cfg keys of docs/cfg.md
+ * (amp_dtype, loss_scale, amp_init_scale, amp_growth_factor, ...), with the
+ * values, checks and messages a cfg gets. An opaque object, as zstd's
+ * ZSTD_CCtx_setParameter: a key added in a later version changes no layout
+ * a program was built with.
+ *   amp_config *c;
+ *   if (amp_config_create(AMP_DTYPE_FLOAT16, &c, err, n) ||
+ *       amp_config_set(c, "amp_growth_interval", "1000", err, n)) ...
+ * create: the dtype's defaults (PyTorch GradScaler's 65536, x2, x0.5, 2000,
+ * hysteresis 1, scale in [1, 2^24], no skip limit; bfloat16: a static scale
+ * of 1). set: one key as a cfg line would give it; a key given again
+ * replaces its value; a value, or a combination with the keys set before,
+ * that a cfg would refuse is refused with the same message and leaves c as it
+ * was. amp (the cfg's on/off switch) is not a setting. */
+typedef struct amp_config amp_config;
+AMP_API amp_status amp_config_create(amp_dtype dtype, amp_config **out, char *err, size_t errlen);
+AMP_API amp_status amp_config_set(amp_config *c, const char *key, const char *value, char *err,
+                                  size_t errlen);
+AMP_API void amp_config_free(amp_config *c);
 
 AMP_API const char *amp_version(void);
 AMP_API const char *amp_dtype_name(amp_dtype dtype);
@@ -98,7 +87,8 @@ AMP_API void amp_unregister(void);
  */
 typedef struct amp_scaler amp_scaler;
 
-AMP_API amp_status amp_scaler_create(const amp_options *o, amp_scaler **out, char *err,
+/* A scaler of c's settings (NULL: float32's defaults); c may be freed after. */
+AMP_API amp_status amp_scaler_create(const amp_config *c, amp_scaler **out, char *err,
                                      size_t errlen);
 AMP_API void amp_scaler_free(amp_scaler *s);
 AMP_API float amp_scaler_get_scale(const amp_scaler *s);
@@ -107,8 +97,8 @@ AMP_API unsigned long long amp_scaler_steps(const amp_scaler *s);
 AMP_API unsigned long long amp_scaler_skips(const amp_scaler *s);
 
 /* Attaches AMP to a built network with s as its scaler (s must outlive the
- * attachment; NULL: a scaler of its own with amp_options_init(float32)
- * defaults, updated inside darknet's update_network). With an explicit
+ * attachment; NULL: a scaler of its own with float32's defaults, updated
+ * inside darknet's update_network). With an explicit
  * scaler, darknet's own update_network still takes or skips the step but
  * leaves the scale update to amp_update. Registers the hooks (amp_register)
  * if none are, so that free_network frees the attachment and save_weights /
@@ -118,11 +108,11 @@ AMP_API unsigned long long amp_scaler_skips(const amp_scaler *s);
  * discriminator's input delta of another scaler) must be multiplied by
  * amp_scaler_get_scale() too. */
 AMP_API amp_status amp_attach(struct network *net, amp_scaler *s, char *err, size_t errlen);
-/* Attaches AMP with a scaler of its own made from o, stepped inside darknet's
+/* Attaches AMP with a scaler of its own made from c, stepped inside darknet's
  * update_network as with amp=1 in a cfg: no amp_step or amp_update to call.
  * The way to attach on the GPU, where an explicit scaler is refused. */
-AMP_API amp_status amp_attach_options(struct network *net, const amp_options *o, char *err,
-                                      size_t errlen);
+AMP_API amp_status amp_attach_config(struct network *net, const amp_config *c, char *err,
+                                     size_t errlen);
 AMP_API void amp_detach(struct network *net);
 /* The scaler a network uses, or NULL when AMP is not attached. */
 AMP_API amp_scaler *amp_network_scaler(const struct network *net);

@@ -110,7 +110,7 @@ train_run() {
 }
 
 # start_show: reads a run's stderr and shows, as they come and once each,
-# the program's start-up banner ("darknet-amp 0.1.0 (...): AMP on, ..."),
+# the program's start-up banner ("darknet-amp 0.2.0 (...): AMP on, ..."),
 # its own lines ("darknet-amp: -amp 0 overrides ...") and the plugin's
 # warnings and notes ("amp: warning: ...", "amp: note: "). A read loop, not
 # awk: Debian's awk (mawk) reads a pipe in blocks, which would hold these

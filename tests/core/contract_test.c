@@ -129,7 +129,7 @@ static void precisions(const char *cfg, const amp_backend_ops *ops, amp_precisio
     amp_scaler *s = NULL;
     char err[AMP_MSG_LEN] = "";
     amp_net *an = amp_net_new(net);
-    if (!an || amp_scaler_create(&o, &s, err, sizeof err) != AMP_OK) {
+    if (!an || amp_scaler_create_options(&o, &s, err, sizeof err) != AMP_OK) {
         printf("FAIL: setup: %s\n", err);
         exit(1);
     }

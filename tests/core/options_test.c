@@ -641,6 +641,67 @@ static void api_edges(void)
     }
 }
 
+/* ---- amp_config: the settings by key, as a program sets them ---- */
+
+static void config_by_key(void)
+{
+    char err[512] = "", what[160];
+    amp_config *c = NULL;
+    amp_status st = amp_config_create(AMP_DTYPE_FLOAT16, &c, err, sizeof err);
+    report(st == AMP_OK && c, "amp_config_create(float16)", err[0] ? err : "AMP_OK");
+    if (!c) return;
+    const amp_options *o = amp_config_options(c);
+    report(o->dtype == AMP_DTYPE_FLOAT16 && o->dynamic && o->init_scale == 65536.0f &&
+               o->growth_interval == 2000,
+           "amp_config_create(float16)", "float16's defaults: dynamic, 65536, 2000");
+    st = amp_config_set(c, "amp_growth_interval", "1000", err, sizeof err);
+    report(st == AMP_OK && o->growth_interval == 1000, "set amp_growth_interval=1000",
+           st == AMP_OK ? "1000" : err);
+    st = amp_config_set(c, "amp_growth_interval", "500", err, sizeof err);
+    report(st == AMP_OK && o->growth_interval == 500, "set amp_growth_interval=500 again",
+           "replaced, not refused as given twice");
+    /* the cfg's message, and c as it was */
+    st = amp_config_set(c, "amp_growth_factor", "1", err, sizeof err);
+    report(st == AMP_ERR_INVALID && strstr(err, "amp_config: amp_growth_factor=1") &&
+               strstr(err, "expected a number > 1") && o->growth_factor == 2.0f &&
+               o->growth_interval == 500,
+           "set amp_growth_factor=1", err);
+    st = amp_config_set(c, "amp_growth_intervall", "7", err, sizeof err);
+    report(st == AMP_ERR_INVALID && strstr(err, "did you mean amp_growth_interval"),
+           "set amp_growth_intervall=7", err);
+    st = amp_config_set(c, "batch", "64", err, sizeof err);
+    report(st == AMP_ERR_INVALID && strstr(err, "not an AMP key"), "set batch=64", err);
+    st = amp_config_set(c, "amp", "1", err, sizeof err);
+    report(st == AMP_ERR_INVALID && strstr(err, "on/off switch"), "set amp=1", err);
+    /* the rules between keys, against the keys set before */
+    st = amp_config_set(c, "loss_scale", "128", err, sizeof err);
+    report(st == AMP_ERR_INVALID && strstr(err, "loss_scale=128 and amp_growth_interval=500"),
+           "set loss_scale=128 after amp_growth_interval", err);
+    st = amp_config_set(c, "amp_min_scale", "1e6", err, sizeof err);
+    report(st == AMP_ERR_INVALID && strstr(err, "amp_min_scale") && o->min_scale == 1.0f,
+           "set amp_min_scale=1e6 (above the 65536 start)", err);
+    st = amp_config_set(c, "amp_dtype", "bf16", err, sizeof err);
+    report(st == AMP_OK && o->dtype == AMP_DTYPE_BFLOAT16 && o->dynamic &&
+               o->growth_interval == 500,
+           "set amp_dtype=bf16 with a dynamic-only key set",
+           "bfloat16, made dynamic by amp_growth_interval, 500 kept");
+    amp_scaler *s = NULL;
+    st = amp_scaler_create(c, &s, err, sizeof err);
+    snprintf(what, sizeof what, "scale %g", (double)amp_scaler_get_scale(s));
+    report(st == AMP_OK && amp_scaler_get_scale(s) == 65536.0f, "amp_scaler_create(config)",
+           what);
+    amp_scaler_free(s);
+    amp_config_free(c);
+    st = amp_config_create((amp_dtype)9, &c, err, sizeof err);
+    report(st == AMP_ERR_INVALID && !c && strstr(err, "9 is not an amp_dtype"),
+           "amp_config_create(9)", err);
+    st = amp_scaler_create(NULL, &s, err, sizeof err);
+    report(st == AMP_OK && amp_scaler_get_scale(s) == 65536.0f, "amp_scaler_create(NULL)",
+           "float32's defaults");
+    amp_scaler_free(s);
+    amp_config_free(NULL); /* must not crash */
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -653,6 +714,7 @@ int main(int argc, char **argv)
     hand_made_values();
     layer_values();
     api_edges();
+    config_by_key();
     printf("%s: %d checks, %d failed\n", failures ? "FAIL" : "PASS", checks, failures);
     return failures ? 1 : 0;
 }

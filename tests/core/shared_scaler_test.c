@@ -1,4 +1,5 @@
-/* Two networks sharing one scaler through the explicit API (a GAN-style loop):
+/* Two networks sharing one scaler through the explicit API (a GAN-style loop),
+ * made from an amp_config as a program outside the project would:
  * each network decides its own skip, the scale updates once per iteration
  * from the OR of their overflow flags, and misuse is an error, not a crash.
  *
@@ -6,14 +7,13 @@
  *
  * Network A gets a NaN injected into layer 1's weights gradient at its step 2.
  */
-#include "core.h"
+#include "darknet.h"
+#include "darknet_amp.h" /* the public API alone */
+#include "check.h"
 
 #include <stdio.h>
-#include "check.h"
 #include <stdlib.h>
 #include <string.h>
-
-
 
 static void forward_backward(network *net)
 {
@@ -38,12 +38,12 @@ int main(int argc, char **argv)
         return 2;
     }
     char err[512] = "";
-    amp_options o;
+    amp_config *c = NULL;
     amp_scaler *s = NULL;
     gpu_index = -1;
     srand(11);
-    amp_options_init(&o, AMP_DTYPE_FLOAT32);
-    if (amp_scaler_create(&o, &s, err, sizeof err) != AMP_OK) {
+    if (amp_config_create(AMP_DTYPE_FLOAT32, &c, err, sizeof err) != AMP_OK ||
+        amp_scaler_create(c, &s, err, sizeof err) != AMP_OK) {
         printf("FAIL: amp_scaler_create: %s\n", err);
         return 1;
     }
@@ -96,7 +96,7 @@ int main(int argc, char **argv)
           "the scaler counted 3 iterations, 1 with an overflow (%llu, %llu); scale %g -> %g",
           amp_scaler_steps(s), amp_scaler_skips(s), scale0, amp_scaler_get_scale(s));
     amp_scaler *other = NULL;
-    amp_scaler_create(&o, &other, err, sizeof err);
+    amp_scaler_create(c, &other, err, sizeof err);
     st = amp_unscale(other, a, err, sizeof err);
     CHECK(st == AMP_ERR_INVALID, "a network stepped with another scaler: \"%s\"", err);
     amp_scaler_free(other);
@@ -104,5 +104,6 @@ int main(int argc, char **argv)
     free_network(a);
     free_network(b);
     amp_scaler_free(s);
+    amp_config_free(c);
     return check_report();
 }

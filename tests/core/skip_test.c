@@ -247,7 +247,7 @@ int main(int argc, char **argv)
         amp_options_init(&o, AMP_DTYPE_FLOAT32);
         o.dynamic = 0;
         o.init_scale = 1;
-        if (amp_scaler_create(&o, &s, err, sizeof err) != AMP_OK) {
+        if (amp_scaler_create_options(&o, &s, err, sizeof err) != AMP_OK) {
             printf("FAIL: amp_scaler_create: %s\n", err);
             return 1;
         }

@@ -301,7 +301,7 @@ static network *build(const char *cfg, const amp_backend_ops *ops, long max_skip
     an->enabled = 1;
     an->owns_scaler = 1;
     snprintf(an->cfgfile, sizeof an->cfgfile, "%s", cfg);
-    if (!an || amp_register() != AMP_OK || amp_scaler_create(&o, &s, err, sizeof err) != AMP_OK ||
+    if (!an || amp_register() != AMP_OK || amp_scaler_create_options(&o, &s, err, sizeof err) != AMP_OK ||
         amp_net_attach(an, s, ops, err, sizeof err) != AMP_OK) {
         printf("FAIL: attach %s: %s\n", ops->name, err);
         exit(1);

@@ -49,31 +49,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct amp_gpu_net {
-    amp_gpu_state *dev;     /* device */
-    amp_gpu_state *mirror;  /* pinned host copy, written by the last step */
-    cudaEvent_t copied;     /* recorded after that copy */
-    int in_flight;          /* a copy not yet read */
-    amp_mt_table hist;      /* x: *_updates_gpu, y: its copy from the batch start */
-    amp_mt_table params;    /* x: parameters and Adam moments, y: copy for a skipped step */
-    amp_mt_table states;    /* x: forward states (an->states), y: copy from the batch start */
-    amp_mt_table stats;     /* data-parallel: x: batch-norm statistics, y: their place in packed */
-    float *packed;          /* the statistics side by side, for one NCCL sum a step */
-    size_t npacked;
-    float *saved, *param_saved, *states_saved;
-    float **grads;          /* per an->tensors entry: its device gradient */
-    amp_gpu_half_ctx *half; /* scratch shared by the layers */
-    amp_gpu_prof *prof;     /* DARKNET_AMP_PROFILE's device intervals, or NULL */
-#ifdef AMP_HAVE_NCCL
-    ncclComm_t nccl;        /* data-parallel: the processes' communicator, or NULL */
-#endif
-} amp_gpu_net;
-
-static amp_gpu_net *gpu_of(const amp_net *an)
-{
-    return (amp_gpu_net *)an->bk;
-}
-
 static cudaStream_t stream_of(const amp_net *an)
 {
     (void)an;
@@ -84,11 +59,6 @@ static cudaStream_t stream_of(const amp_net *an)
 static void fail(amp_net *an, const char *msg)
 {
     amp_net_fail(an, AMP_ERR_DEVICE, "amp: GPU: %s", msg);
-}
-
-static amp_slots slots(layer *l)
-{
-    return (amp_slots){&l->forward_gpu, &l->backward_gpu, &l->update_gpu};
 }
 
 /* ---- the host's view, read asynchronously ---- */
@@ -186,18 +156,6 @@ static int copy_array(float *dev, float *host, size_t n, int to_host)
     return (to_host ? cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost)
                     : cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice)) !=
            cudaSuccess;
-}
-
-float *amp_cuda_state_array(const amp_fwd_state *f)
-{
-    const layer *l = f->src;
-    switch (f->kind) {
-    case AMP_STATE_ROLLING_MEAN: return l->rolling_mean_gpu;
-    case AMP_STATE_ROLLING_VARIANCE: return l->rolling_variance_gpu;
-    case AMP_STATE_HIDDEN: return l->type == LSTM ? l->h_gpu : l->state_gpu;
-    case AMP_STATE_CELL: return l->c_gpu;
-    }
-    return NULL;
 }
 
 /* Parameters, histories and batch-norm statistics of every layer between
@@ -318,183 +276,16 @@ static void poke_delta(amp_net *an, const layer *l, size_t i, float value)
     if (l->delta_gpu) cudaMemcpy(l->delta_gpu + i, &value, sizeof(float), cudaMemcpyHostToDevice);
 }
 
-/* ---- layers ---- */
-
-static void layer_free(amp_layer *al)
-{
-    if (al->subs) amp_subs_free(al, slots, layer_free);
-    amp_gpu_half *h = amp_gpu_half_of(al);
-    if (!h) return;
-    al->detail = NULL; /* it lives in the convolution's record */
-    amp_cudnn_conv_free(h);
-    if (h->w) cudaFree(h->w);
-    free(h);
-    al->bk = NULL;
-}
-
-/* The half path of a convolutional, connected or deconvolutional layer. */
-static amp_status half_path(amp_layer *al, layer *l, amp_gpu_half_ctx *ctx, char *why,
-                            size_t whylen)
-{
-    AMP_RETURN_ERROR_IF(l->type != CONVOLUTIONAL && l->type != CONNECTED &&
-                            l->type != DECONVOLUTIONAL,
-                        AMP_ERR_INVALID, why, whylen, "no GPU half path for [%s]",
-                        get_layer_string(l->type));
-    const size_t nw = l->type == CONNECTED ? (size_t)l->inputs * l->outputs : (size_t)l->nweights;
-    amp_status st = amp_gpu_half_new(al, ctx, nw ? nw : 1, why, whylen);
-    if (st == AMP_OK)
-        st = l->type == CONVOLUTIONAL ? amp_cudnn_conv_setup(al, l, why, whylen)
-             : l->type == CONNECTED   ? amp_cublas_connected_setup(al, l, why, whylen)
-                                      : amp_cublas_deconv_setup(al, l, why, whylen);
-    if (st != AMP_OK) {
-        layer_free(al);
-        return st;
-    }
-    if (l->type == CONVOLUTIONAL) {
-        al->forward = amp_cudnn_conv_forward;
-        al->backward = amp_cudnn_conv_backward;
-        al->label = "cuDNN"; /* its setup wrote the details (al->detail) */
-    } else if (l->type == CONNECTED) {
-        al->forward = amp_cublas_connected_forward;
-        al->backward = amp_cublas_connected_backward;
-        al->label = "cuBLAS";
-    } else {
-        al->forward = amp_cublas_deconv_forward;
-        al->backward = amp_cublas_deconv_backward;
-        al->label = "cuBLAS";
-    }
-    return AMP_OK;
-}
-
-static amp_status install_sub_half(amp_layer *sa, layer *sub, void *ctx, char *why, size_t whylen)
-{
-    return half_path(sa, sub, ctx, why, whylen);
-}
-
-/* A connected sub-layer of rnn, gru or lstm that stays float32: darknet's
- * backward with the gradient clip at the scale. */
-static amp_status install_sub_clip(amp_layer *sa, layer *sub, void *ctx, char *why, size_t whylen)
-{
-    AMP_RETURN_ERROR_IF(sub->type != CONNECTED, AMP_ERR_INVALID, why, whylen, "a [%s] sub-layer",
-                        get_layer_string(sub->type));
-    AMP_FORWARD_IF_ERROR(amp_gpu_half_new(sa, ctx, 0, why, whylen));
-    sa->backward = amp_connected_backward_f32;
-    return AMP_OK;
-}
-
-static int recurrent(const layer *l)
-{
-    return l->type == RNN || l->type == GRU || l->type == LSTM || l->type == CRNN;
-}
+/* ---- layers (layers.c) ---- */
 
 static amp_status layer_install(amp_layer *al, layer *l, char *err, size_t errlen)
 {
-    amp_gpu_half_ctx *ctx = gpu_of(al->owner)->half;
-    char why[AMP_MSG_LEN];
-    if (al->precision == AMP_PRECISION_HALF) {
-        amp_status st = AMP_ERR_INVALID;
-        if (l->forward_gpu && l->backward_gpu) {
-            /* a recurrent layer's own pointers stay darknet's: it calls its sub-layers' */
-            st = recurrent(l) ? amp_subs_install(al, l, slots, install_sub_half, layer_free, ctx,
-                                                 why, sizeof why)
-                              : half_path(al, l, ctx, why, sizeof why);
-            if (st != AMP_OK && l->type != LOCAL) /* the types with a GPU half path */
-                fprintf(stderr, "amp: layer %d [%s]: float32 on the GPU: %s\n", al->index,
-                        get_layer_string(l->type), why);
-        }
-        if (st != AMP_OK) al->precision = AMP_PRECISION_FALLBACK;
-    }
-    /* A float32 layer whose GPU backward clips its gradient clips at the scale. */
-    if (al->backward == al->orig_backward && !al->subs && l->backward_gpu) {
-        amp_status st = AMP_OK;
-        if (l->type == CONNECTED) {
-            st = amp_gpu_half_new(al, ctx, 0, why, sizeof why);
-            al->backward = amp_connected_backward_f32;
-        } else if (l->type == RNN || l->type == GRU || l->type == LSTM) {
-            st = amp_subs_install(al, l, slots, install_sub_clip, layer_free, ctx, why,
-                                  sizeof why);
-        }
-        AMP_RETURN_ERROR_IF(st != AMP_OK, st, err, errlen, "amp: layer %d [%s]: %s", al->index,
-                            get_layer_string(l->type), why);
-    }
-    return AMP_OK;
+    return amp_cuda_layer_install(al, l, gpu_of(al->owner)->half, err, errlen);
 }
 
-/* backend.h's layer_fallback: darknet's own float32 GPU layer again (a
- * connected layer keeps its gradient clip at the scale, as one that was
- * float32 from the start). */
 static amp_status layer_fallback(amp_layer *al, layer *l, char *err, size_t errlen)
 {
-    AMP_RETURN_ERROR_IF(al->subs, AMP_ERR_INVALID, err, errlen,
-                        "amp: layer %d: a recurrent layer's half sub-layers do not fall back",
-                        al->index);
-    amp_gpu_half_ctx *ctx = gpu_of(al->owner)->half;
-    layer_free(al);
-    al->forward = al->orig_forward;
-    al->backward = al->orig_backward;
-    al->label = NULL;
-    al->detail = NULL;
-    if (l->type == CONNECTED) {
-        char why[AMP_MSG_LEN];
-        const amp_status st = amp_gpu_half_new(al, ctx, 0, why, sizeof why);
-        AMP_RETURN_ERROR_IF(st != AMP_OK, st, err, errlen, "amp: layer %d [%s]: %s", al->index,
-                            get_layer_string(l->type), why);
-        al->backward = amp_connected_backward_f32;
-    }
-    return AMP_OK;
-}
-
-/* Scans n floats of device memory into *s; 0, or -1 (said) when CUDA fails. */
-static int scan_device(amp_net *an, amp_overflow_scan *dev, const float *x, size_t n,
-                       amp_overflow_scan *s)
-{
-    char err[AMP_MSG_LEN];
-    cudaStream_t st = stream_of(an);
-    if (AMP_CUDA_CHECK(cudaMemsetAsync(dev, 0, sizeof *dev, st), err, sizeof err) != AMP_OK ||
-        amp_cuda_overflow_scan(x, n, dev, st, err, sizeof err) != AMP_OK ||
-        AMP_CUDA_CHECK(cudaMemcpyAsync(s, dev, sizeof *s, cudaMemcpyDeviceToHost, st), err,
-                       sizeof err) != AMP_OK ||
-        AMP_CUDA_CHECK(cudaStreamSynchronize(st), err, sizeof err) != AMP_OK) {
-        fprintf(stderr, "amp: GPU: looking for the layer that overflowed: %s\n", err);
-        return -1;
-    }
-    return 0;
-}
-
-/* backend.h's nonfinite_output, after a non-finite loss only: the first
- * layer up to last whose output (a batch-normalised layer's: its input to
- * batch-norm first, where a half overflow shows as inf) holds an inf or NaN,
- * scanned on the device, one layer and one wait at a time (such a step is
- * already lost; a healthy step never gets here). */
-static int nonfinite_output(amp_net *an, int last, amp_overflow_scan *scan, int *params_finite)
-{
-    network *net = an->net;
-    amp_overflow_scan *dev = NULL;
-    int found = -1;
-    if (cudaMalloc((void **)&dev, sizeof *dev) != cudaSuccess) return -1;
-    for (int i = 0; i <= last && i < net->n && found < 0; ++i) {
-        const layer *l = &net->layers[i];
-        const size_t n = (size_t)l->outputs * l->batch;
-        amp_overflow_scan s = {0, 0.0f};
-        if (l->batch_normalize && l->x_gpu && scan_device(an, dev, l->x_gpu, n, &s) != 0) break;
-        if (!s.nonfinite && l->output_gpu && scan_device(an, dev, l->output_gpu, n, &s) != 0)
-            break;
-        if (!s.nonfinite) continue;
-        amp_overflow_scan p = {0, 0.0f}, q;
-        size_t sizes[3];
-        amp_param_sizes(l, &sizes[0], &sizes[1], &sizes[2]);
-        const float *arrays[3] = {l->weights_gpu, l->biases_gpu, l->scales_gpu};
-        for (int k = 0; k < 3; ++k) {
-            q = (amp_overflow_scan){0, 0.0f};
-            if (arrays[k] && sizes[k] && scan_device(an, dev, arrays[k], sizes[k], &q) == 0)
-                amp_overflow_merge(&p, &q);
-        }
-        *scan = s;
-        *params_finite = p.nonfinite == 0;
-        found = i;
-    }
-    cudaFree(dev);
-    return found;
+    return amp_cuda_layer_fallback(al, l, gpu_of(al->owner)->half, err, errlen);
 }
 
 /* ---- DARKNET_AMP_PROFILE (profile.c) ---- */
@@ -536,114 +327,6 @@ static amp_status check_device(amp_net *an, char *err, size_t errlen)
     return AMP_OK;
 }
 
-/* The device arrays behind one of the core's tensors: its layer's, by kind. */
-static void device_arrays(const amp_tensor *t, float **grad, float **param, float **m, float **v)
-{
-    const layer *l = t->src;
-    switch (t->kind) {
-    case AMP_TENSOR_WEIGHTS:
-        *grad = l->weight_updates_gpu, *param = l->weights_gpu, *m = l->m_gpu, *v = l->v_gpu;
-        break;
-    case AMP_TENSOR_BIASES:
-        *grad = l->bias_updates_gpu, *param = l->biases_gpu, *m = l->bias_m_gpu,
-        *v = l->bias_v_gpu;
-        break;
-    case AMP_TENSOR_SCALES:
-        *grad = l->scale_updates_gpu, *param = l->scales_gpu, *m = l->scale_m_gpu,
-        *v = l->scale_v_gpu;
-        break;
-    }
-}
-
-/* The forward states' table: each device array and its batch-start copy. */
-static amp_status build_state_table(amp_net *an, char *err, size_t errlen)
-{
-    amp_gpu_net *g = gpu_of(an);
-    if (!an->nstates) return AMP_OK;
-    amp_span *spans = calloc((size_t)an->nstates, sizeof *spans);
-    AMP_RETURN_ERROR_IF(!spans, AMP_ERR_NOMEM, err, errlen, "amp: out of memory attaching to %s",
-                        an->cfgfile);
-    amp_status st =
-        AMP_CUDA_CHECK(cudaMalloc((void **)&g->states_saved, an->nstate_elems * sizeof(float)),
-                       err, errlen);
-    for (int k = 0; st == AMP_OK && k < an->nstates; ++k) {
-        const amp_fwd_state *f = &an->states[k];
-        float *x = amp_cuda_state_array(f);
-        if (!x) {
-            st = AMP_ERR_DEVICE;
-            amp_errorf(err, errlen, "amp: layer %d has no device array for its %s", f->layer,
-                       f->name);
-            break;
-        }
-        spans[k] = (amp_span){x, g->states_saved + f->offset, f->n};
-    }
-    if (st == AMP_OK)
-        st = amp_mt_table_create(&g->states, spans, (unsigned int)an->nstates, err, errlen);
-    /* data-parallel: the statistics side by side in one packed buffer */
-    for (int k = 0; an->comm && k < an->nstates; ++k)
-        if (amp_state_is_statistic(&an->states[k])) g->npacked += an->states[k].n;
-    if (st == AMP_OK && g->npacked)
-        st = AMP_CUDA_CHECK(cudaMalloc((void **)&g->packed, g->npacked * sizeof(float)), err,
-                            errlen);
-    if (st == AMP_OK && g->npacked) {
-        unsigned int ns = 0;
-        size_t at = 0;
-        for (int k = 0; k < an->nstates; ++k) /* spans[k] done with: ns <= k */
-            if (amp_state_is_statistic(&an->states[k])) {
-                spans[ns++] = (amp_span){spans[k].x, g->packed + at, an->states[k].n};
-                at += an->states[k].n;
-            }
-        st = amp_mt_table_create(&g->stats, spans, ns, err, errlen);
-    }
-    free(spans);
-    return st;
-}
-
-static amp_status build_tables(amp_net *an, char *err, size_t errlen)
-{
-    amp_gpu_net *g = gpu_of(an);
-    size_t n = an->nparams ? an->nparams : 1;
-    int adam = an->net->adam;
-    amp_span *hist = calloc(an->ntensors ? an->ntensors : 1, sizeof *hist);
-    amp_span *par = calloc(an->ntensors ? 3 * an->ntensors : 1, sizeof *par);
-    g->grads = calloc(an->ntensors ? an->ntensors : 1, sizeof *g->grads);
-    amp_status st = AMP_OK;
-    if (!hist || !par || !g->grads) {
-        st = AMP_ERR_NOMEM;
-        amp_errorf(err, errlen, "amp: out of memory attaching to %s", an->cfgfile);
-    }
-    if (st == AMP_OK)
-        st = AMP_CUDA_CHECK(cudaMalloc((void **)&g->saved, n * sizeof(float)), err, errlen);
-    if (st == AMP_OK)
-        st = AMP_CUDA_CHECK(
-            cudaMalloc((void **)&g->param_saved, (adam ? 3 : 1) * n * sizeof(float)), err, errlen);
-    unsigned int np = 0;
-    for (int k = 0; st == AMP_OK && k < an->ntensors; ++k) {
-        const amp_tensor *t = &an->tensors[k];
-        float *grad = NULL, *param = NULL, *m = NULL, *v = NULL;
-        device_arrays(t, &grad, &param, &m, &v);
-        if (!grad || !param) {
-            st = AMP_ERR_DEVICE;
-            amp_errorf(err, errlen, "amp: layer %d has no device array for its %s gradient",
-                       t->layer, t->name);
-            break;
-        }
-        g->grads[k] = grad;
-        hist[k] = (amp_span){grad, g->saved + t->offset, t->n};
-        par[np++] = (amp_span){param, g->param_saved + t->offset, t->n};
-        if (adam && m && v) {
-            par[np++] = (amp_span){m, g->param_saved + n + t->offset, t->n};
-            par[np++] = (amp_span){v, g->param_saved + 2 * n + t->offset, t->n};
-        }
-    }
-    if (st == AMP_OK)
-        st = amp_mt_table_create(&g->hist, hist, (unsigned int)an->ntensors, err, errlen);
-    if (st == AMP_OK) st = amp_mt_table_create(&g->params, par, np, err, errlen);
-    free(hist);
-    free(par);
-    return st == AMP_OK ? build_state_table(an, err, errlen) : st;
-}
-
 static amp_status net_init(amp_net *an, char *err, size_t errlen)
 {
     AMP_RETURN_ERROR_IF(!an->owns_scaler, AMP_ERR_INVALID, err, errlen,
@@ -655,7 +338,7 @@ static amp_status net_init(amp_net *an, char *err, size_t errlen)
     AMP_RETURN_ERROR_IF(!g, AMP_ERR_NOMEM, err, errlen, "amp: out of memory attaching to %s",
                         an->cfgfile);
     an->bk = g;
-    AMP_FORWARD_IF_ERROR(build_tables(an, err, errlen));
+    AMP_FORWARD_IF_ERROR(amp_cuda_build_tables(an, err, errlen));
     amp_gpu_state init;
     memset(&init, 0, sizeof init);
     init.st = an->scaler->state;
@@ -754,12 +437,12 @@ const amp_backend_ops amp_cuda_backend = {
     .name = "CUDA",
     .default_dtype = AMP_DTYPE_FLOAT16,
     .host_timing = 0,
-    .slots = slots,
+    .slots = amp_cuda_slots,
     .supports = supports,
     .net_init = net_init,
     .net_free = net_free,
     .layer_install = layer_install,
-    .layer_free = layer_free,
+    .layer_free = amp_cuda_layer_free,
     .begin_batch = begin_batch,
     .scale_loss = scale_loss,
     .rescale = rescale,
@@ -778,7 +461,7 @@ const amp_backend_ops amp_cuda_backend = {
     .pull = pull,
     .push = push,
     .layer_fallback = layer_fallback,
-    .nonfinite_output = nonfinite_output,
+    .nonfinite_output = amp_cuda_nonfinite_output,
     .prof_begin = prof_begin,
     .prof_end = prof_end,
     .prof_collect = prof_collect,

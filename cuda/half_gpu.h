@@ -136,7 +136,50 @@ void amp_gpu_prof_collect(amp_gpu_prof *p, amp_net *an);
         AMP_FORWARD_IF_ERROR(st_);                                                                \
     } while (0)
 
-/* backend.c: the device array behind one of the core's forward states (an
+/* The backend's per-network state (amp_net.bk), its tables built by
+ * tables.c, its steps run by backend.c. */
+typedef struct amp_gpu_net {
+    amp_gpu_state *dev;     /* device */
+    amp_gpu_state *mirror;  /* pinned host copy, written by the last step */
+    cudaEvent_t copied;     /* recorded after that copy */
+    int in_flight;          /* a copy not yet read */
+    amp_mt_table hist;      /* x: *_updates_gpu, y: its copy from the batch start */
+    amp_mt_table params;    /* x: parameters and Adam moments, y: copy for a skipped step */
+    amp_mt_table states;    /* x: forward states (an->states), y: copy from the batch start */
+    amp_mt_table stats;     /* data-parallel: x: batch-norm statistics, y: their place in packed */
+    float *packed;          /* the statistics side by side, for one NCCL sum a step */
+    size_t npacked;
+    float *saved, *param_saved, *states_saved;
+    float **grads;          /* per an->tensors entry: its device gradient */
+    amp_gpu_half_ctx *half; /* scratch shared by the layers */
+    amp_gpu_prof *prof;     /* DARKNET_AMP_PROFILE's device intervals, or NULL */
+    struct ncclComm *nccl;  /* data-parallel (NCCL builds): the processes' communicator
+                               (an ncclComm_t), or NULL; in every build, so that the
+                               record has one layout in every file */
+} amp_gpu_net;
+
+/* A CUDA network's state (backend.c's net_init). */
+static inline amp_gpu_net *gpu_of(const amp_net *an)
+{
+    return (amp_gpu_net *)an->bk;
+}
+
+/* tables.c: the tables above, at attach (their memory freed by backend.c). */
+amp_status amp_cuda_build_tables(amp_net *an, char *err, size_t errlen);
+
+/* layers.c: the backend's layer members (backend.h): the slots of a layer on
+ * the GPU, installing and freeing a layer's half path (ctx: the network's
+ * shared scratch), a half layer put back to darknet's float32 GPU layer, and
+ * nonfinite_output. */
+amp_slots amp_cuda_slots(layer *l);
+amp_status amp_cuda_layer_install(amp_layer *al, layer *l, amp_gpu_half_ctx *ctx, char *err,
+                                  size_t errlen);
+void amp_cuda_layer_free(amp_layer *al);
+amp_status amp_cuda_layer_fallback(amp_layer *al, layer *l, amp_gpu_half_ctx *ctx, char *err,
+                                   size_t errlen);
+int amp_cuda_nonfinite_output(amp_net *an, int last, amp_overflow_scan *scan, int *params_finite);
+
+/* tables.c: the device array behind one of the core's forward states (an
  * amp_fwd_state), its layer's by kind: rolling_mean_gpu, rolling_variance_gpu,
  * a gru's state_gpu, an lstm's h_gpu and c_gpu; NULL where the layer has none.
  * What the batch start copies aside and a skipped step restores

@@ -1,0 +1,192 @@
+/* The CUDA backend's layers (backend.h's layer members): a half layer's
+ * path through cuDNN or cuBLAS, the recurrent layers' sub-layers, the float32
+ * connected layers' gradient clip at the scale, the fallback to darknet's
+ * own GPU layer, and the search for the layer whose output overflowed. */
+#include "half_gpu.h"
+#include "cuda_check.h"
+#include "network.h" /* get_layer_string */
+
+#include <stdio.h>
+#include <stdlib.h>
+
+amp_slots amp_cuda_slots(layer *l)
+{
+    return (amp_slots){&l->forward_gpu, &l->backward_gpu, &l->update_gpu};
+}
+
+void amp_cuda_layer_free(amp_layer *al)
+{
+    if (al->subs) amp_subs_free(al, amp_cuda_slots, amp_cuda_layer_free);
+    amp_gpu_half *h = amp_gpu_half_of(al);
+    if (!h) return;
+    al->detail = NULL; /* it lives in the convolution's record */
+    amp_cudnn_conv_free(h);
+    if (h->w) cudaFree(h->w);
+    free(h);
+    al->bk = NULL;
+}
+
+/* The half path of a convolutional, connected or deconvolutional layer. */
+static amp_status half_path(amp_layer *al, layer *l, amp_gpu_half_ctx *ctx, char *why,
+                            size_t whylen)
+{
+    AMP_RETURN_ERROR_IF(l->type != CONVOLUTIONAL && l->type != CONNECTED &&
+                            l->type != DECONVOLUTIONAL,
+                        AMP_ERR_INVALID, why, whylen, "no GPU half path for [%s]",
+                        get_layer_string(l->type));
+    const size_t nw = l->type == CONNECTED ? (size_t)l->inputs * l->outputs : (size_t)l->nweights;
+    amp_status st = amp_gpu_half_new(al, ctx, nw ? nw : 1, why, whylen);
+    if (st == AMP_OK)
+        st = l->type == CONVOLUTIONAL ? amp_cudnn_conv_setup(al, l, why, whylen)
+             : l->type == CONNECTED   ? amp_cublas_connected_setup(al, l, why, whylen)
+                                      : amp_cublas_deconv_setup(al, l, why, whylen);
+    if (st != AMP_OK) {
+        amp_cuda_layer_free(al);
+        return st;
+    }
+    if (l->type == CONVOLUTIONAL) {
+        al->forward = amp_cudnn_conv_forward;
+        al->backward = amp_cudnn_conv_backward;
+        al->label = "cuDNN"; /* its setup wrote the details (al->detail) */
+    } else if (l->type == CONNECTED) {
+        al->forward = amp_cublas_connected_forward;
+        al->backward = amp_cublas_connected_backward;
+        al->label = "cuBLAS";
+    } else {
+        al->forward = amp_cublas_deconv_forward;
+        al->backward = amp_cublas_deconv_backward;
+        al->label = "cuBLAS";
+    }
+    return AMP_OK;
+}
+
+static amp_status install_sub_half(amp_layer *sa, layer *sub, void *ctx, char *why, size_t whylen)
+{
+    return half_path(sa, sub, ctx, why, whylen);
+}
+
+/* A connected sub-layer of rnn, gru or lstm that stays float32: darknet's
+ * backward with the gradient clip at the scale. */
+static amp_status install_sub_clip(amp_layer *sa, layer *sub, void *ctx, char *why, size_t whylen)
+{
+    AMP_RETURN_ERROR_IF(sub->type != CONNECTED, AMP_ERR_INVALID, why, whylen, "a [%s] sub-layer",
+                        get_layer_string(sub->type));
+    AMP_FORWARD_IF_ERROR(amp_gpu_half_new(sa, ctx, 0, why, whylen));
+    sa->backward = amp_connected_backward_f32;
+    return AMP_OK;
+}
+
+static int recurrent(const layer *l)
+{
+    const amp_layer_kind *k = amp_kind_of(l->type);
+    return k && k->role == AMP_ROLE_RECURRENT;
+}
+
+amp_status amp_cuda_layer_install(amp_layer *al, layer *l, amp_gpu_half_ctx *ctx, char *err,
+                                  size_t errlen)
+{
+    char why[AMP_MSG_LEN];
+    if (al->precision == AMP_PRECISION_HALF) {
+        amp_status st = AMP_ERR_INVALID;
+        if (l->forward_gpu && l->backward_gpu) {
+            /* a recurrent layer's own pointers stay darknet's: it calls its sub-layers' */
+            st = recurrent(l) ? amp_subs_install(al, l, amp_cuda_slots, install_sub_half, amp_cuda_layer_free, ctx,
+                                                 why, sizeof why)
+                              : half_path(al, l, ctx, why, sizeof why);
+            if (st != AMP_OK && l->type != LOCAL) /* the types with a GPU half path */
+                fprintf(stderr, "amp: layer %d [%s]: float32 on the GPU: %s\n", al->index,
+                        get_layer_string(l->type), why);
+        }
+        if (st != AMP_OK) al->precision = AMP_PRECISION_FALLBACK;
+    }
+    /* A float32 layer whose GPU backward clips its gradient clips at the scale. */
+    if (al->backward == al->orig_backward && !al->subs && l->backward_gpu) {
+        amp_status st = AMP_OK;
+        if (l->type == CONNECTED) {
+            st = amp_gpu_half_new(al, ctx, 0, why, sizeof why);
+            al->backward = amp_connected_backward_f32;
+        } else if (l->type == RNN || l->type == GRU || l->type == LSTM) {
+            st = amp_subs_install(al, l, amp_cuda_slots, install_sub_clip, amp_cuda_layer_free, ctx, why,
+                                  sizeof why);
+        }
+        AMP_RETURN_ERROR_IF(st != AMP_OK, st, err, errlen, "amp: layer %d [%s]: %s", al->index,
+                            get_layer_string(l->type), why);
+    }
+    return AMP_OK;
+}
+
+/* backend.h's layer_fallback: darknet's own float32 GPU layer again (a
+ * connected layer keeps its gradient clip at the scale, as one that was
+ * float32 from the start). */
+amp_status amp_cuda_layer_fallback(amp_layer *al, layer *l, amp_gpu_half_ctx *ctx, char *err,
+                                   size_t errlen)
+{
+    AMP_RETURN_ERROR_IF(al->subs, AMP_ERR_INVALID, err, errlen,
+                        "amp: layer %d: a recurrent layer's half sub-layers do not fall back",
+                        al->index);
+    amp_cuda_layer_free(al);
+    al->forward = al->orig_forward;
+    al->backward = al->orig_backward;
+    al->label = NULL;
+    al->detail = NULL;
+    if (l->type == CONNECTED) {
+        char why[AMP_MSG_LEN];
+        const amp_status st = amp_gpu_half_new(al, ctx, 0, why, sizeof why);
+        AMP_RETURN_ERROR_IF(st != AMP_OK, st, err, errlen, "amp: layer %d [%s]: %s", al->index,
+                            get_layer_string(l->type), why);
+        al->backward = amp_connected_backward_f32;
+    }
+    return AMP_OK;
+}
+
+/* Scans n floats of device memory into *s; 0, or -1 (said) when CUDA fails. */
+static int scan_device(amp_overflow_scan *dev, const float *x, size_t n, amp_overflow_scan *s)
+{
+    char err[AMP_MSG_LEN];
+    cudaStream_t st = 0; /* darknet's stream */
+    if (AMP_CUDA_CHECK(cudaMemsetAsync(dev, 0, sizeof *dev, st), err, sizeof err) != AMP_OK ||
+        amp_cuda_overflow_scan(x, n, dev, st, err, sizeof err) != AMP_OK ||
+        AMP_CUDA_CHECK(cudaMemcpyAsync(s, dev, sizeof *s, cudaMemcpyDeviceToHost, st), err,
+                       sizeof err) != AMP_OK ||
+        AMP_CUDA_CHECK(cudaStreamSynchronize(st), err, sizeof err) != AMP_OK) {
+        fprintf(stderr, "amp: GPU: looking for the layer that overflowed: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* backend.h's nonfinite_output, after a non-finite loss only: the first
+ * layer up to last whose output (a batch-normalised layer's: its input to
+ * batch-norm first, where a half overflow shows as inf) holds an inf or NaN,
+ * scanned on the device, one layer and one wait at a time (such a step is
+ * already lost; a healthy step never gets here). */
+int amp_cuda_nonfinite_output(amp_net *an, int last, amp_overflow_scan *scan, int *params_finite)
+{
+    network *net = an->net;
+    amp_overflow_scan *dev = NULL;
+    int found = -1;
+    if (cudaMalloc((void **)&dev, sizeof *dev) != cudaSuccess) return -1;
+    for (int i = 0; i <= last && i < net->n && found < 0; ++i) {
+        const layer *l = &net->layers[i];
+        const size_t n = (size_t)l->outputs * l->batch;
+        amp_overflow_scan s = {0, 0.0f};
+        if (l->batch_normalize && l->x_gpu && scan_device(dev, l->x_gpu, n, &s) != 0) break;
+        if (!s.nonfinite && l->output_gpu && scan_device(dev, l->output_gpu, n, &s) != 0)
+            break;
+        if (!s.nonfinite) continue;
+        amp_overflow_scan p = {0, 0.0f}, q;
+        size_t sizes[3];
+        amp_param_sizes(l, &sizes[0], &sizes[1], &sizes[2]);
+        const float *arrays[3] = {l->weights_gpu, l->biases_gpu, l->scales_gpu};
+        for (int k = 0; k < 3; ++k) {
+            q = (amp_overflow_scan){0, 0.0f};
+            if (arrays[k] && sizes[k] && scan_device(dev, arrays[k], sizes[k], &q) == 0)
+                amp_overflow_merge(&p, &q);
+        }
+        *scan = s;
+        *params_finite = p.nonfinite == 0;
+        found = i;
+    }
+    cudaFree(dev);
+    return found;
+}

@@ -3,6 +3,7 @@
  * of a pair, is refused with the member named (ggml's backends check their
  * interface the same way, at registration). */
 #include "backend.h"
+#include "step.h"
 
 #define MISSING(member) (!ops->member ? #member : NULL)
 

@@ -29,6 +29,7 @@
 #include "darknet.h"
 #include "darknet_amp.h"
 #include "error.h"
+#include "kinds.h"
 #include "math/grad_math.h" /* amp_overflow_scan */
 #include "math/scale_rule.h"
 
@@ -370,35 +371,6 @@ struct amp_net {
     char nonfinite_last[AMP_MSG_LEN];
 };
 
-/* ---- kinds.c: one table of the layer types AMP knows ---- */
-/* What the policy and the plan make of a type. */
-typedef enum amp_kind_role {
-    AMP_ROLE_GEMM,       /* its convolution or GEMM runs in half (the policy) */
-    AMP_ROLE_RECURRENT,  /* its GEMMs run in its sub-layers, which are GEMM kinds */
-    AMP_ROLE_NORMALISES, /* float32, with batch-norm statistics a skip restores */
-    AMP_ROLE_MOVES       /* moves data: a backend's half form carries half tensors through */
-} amp_kind_role;
-typedef struct amp_layer_kind {
-    LAYER_TYPE type;
-    const char *name;    /* the cfg section's name ("upsample", which darknet's
-                            get_layer_string does not know) */
-    amp_kind_role role;
-    /* the parameter arrays darknet's update consumes (NULL: none) */
-    void (*params)(const layer *l, size_t *weights, size_t *biases, size_t *scales);
-    /* the channels of the rolling statistics its training forward updates (NULL or 0: none) */
-    size_t (*statistics)(const layer *l);
-    /* a recurrent kind's sub-layers in darknet's update order, with their names */
-    int (*subs)(const layer *l, layer **subs, const char **names);
-    /* multiply-adds of one forward pass (NULL: not counted) */
-    double (*macs)(const layer *l);
-} amp_layer_kind;
-/* The row of a type, or NULL: darknet runs it unchanged, in float32. */
-const amp_layer_kind *amp_kind_of(LAYER_TYPE type);
-int amp_kind_count(void);
-const amp_layer_kind *amp_kind_at(int i);
-/* Multiply-adds of l's forward pass (a backward's passes are the same size); 0 when not counted. */
-double amp_kind_macs(const layer *l);
-
 /* ---- tensors.c: darknet knowledge ---- */
 amp_net *amp_net_of(const network *net);
 /* A record for net with every layer allowed half precision; not attached. */
@@ -465,30 +437,6 @@ void amp_nonfinite_where(const network *net, const struct amp_weights_values *v,
 amp_status amp_check_saved(amp_net *an, const network *net, const char *filename,
                            struct amp_weights_id *id);
 
-/* ---- contract.c ---- */
-/* AMP_OK, or why the backend's table breaks backend.h's contract (another
- * version, a required member missing, half of a pair). */
-amp_status amp_backend_check(const amp_backend_ops *ops, char *err, size_t errlen);
-
-/* ---- step.c ---- */
-/* Attaches an (its layer records, half_allowed, cfgfile set) with scaler s,
- * run by the backend ops. On failure nothing stays installed. */
-amp_status amp_net_attach(amp_net *an, amp_scaler *s, const amp_backend_ops *ops, char *err,
-                          size_t errlen);
-/* darknet's function-pointer slots of every layer pointed at the wrappers
- * and the backends' forms (al->forward, ...), at attach and again after a
- * layer fell back or the probe ended; DARKNET_AMP_PROFILE's timers kept. */
-void amp_point_slots(amp_net *an);
-/* Detaches (darknet's pointers back; a batch in progress handed back
- * unscaled) and frees an and everything it owns. NULL is fine. */
-void amp_net_free(amp_net *an);
-/* The backend's view of the step brought to the host (device backends) and
- * settled; wait: block until it has arrived. */
-void amp_net_sync(amp_net *an, int wait);
-/* The network's structure changed where it is due, between steps: every
- * fallback due applied (fallback.c) and the slots pointed again. */
-amp_status amp_net_restructure(amp_net *an, char *err, size_t errlen);
-
 /* ---- scaler.c: the scaler's arithmetic and invariants ---- */
 void amp_scaler_setup(amp_scaler *s, const amp_options *o);
 /* Every invariant of the options: NULL, or why the first broken one is broken
@@ -511,7 +459,7 @@ amp_status amp_scaler_apply(amp_scaler *s, char *err, size_t errlen);
 /* amp_max_skips consecutive skipped steps: AMP_ERR_NONFINITE with why. */
 amp_status amp_scaler_check_skips(const amp_scaler *s, char *err, size_t errlen);
 
-/* ---- settle.c: what a step's outcome means ---- */
+/* ---- a step's outcome (settle.c settles it, a device backend's sync returns it) ---- */
 /* The outcome of one network's step, settled on the host: right away for a
  * host-decided step, when the device's copy arrived for a device-decided one
  * (the backend's sync returns it). */
@@ -526,50 +474,6 @@ typedef struct amp_step_outcome {
     int take_back_t;               /* darknet counted the step in *net->t: a skip undoes it */
     int loss_layer;                /* skipped for a non-finite loss in this cost layer, or -1 */
 } amp_step_outcome;
-/* Applies an outcome: the skip message, the pending flags of a shared scaler,
- * the scale's update (here, or as the device did it) and its message,
- * amp_max_skips as the network's error, and the fallbacks it makes due. The
- * one place these are decided; it changes no structure (step.c applies the
- * fallbacks at the step's end). */
-void amp_step_settled(amp_net *an, const amp_step_outcome *o);
-
-/* ---- fallback.c: amp_fallback's rules and their application (docs/design.md) ---- */
-/* Whether half layer k could fall back (amp_fallback on, a backend that can). */
-int amp_fallback_possible(const amp_net *an, int k);
-/* k due to fall back for why, its line said (because): 1, or 0 where it cannot. */
-int amp_fallback_due(amp_net *an, int k, amp_fallback_why why, const char *because);
-/* The rules, as a step is settled: a step skipped for layer k's forward
- * overflow makes k due (1 when it did) ... */
-int amp_fallback_due_forward(amp_net *an, int k);
-/* ... any other step (skipped, bad_tensor the first non-finite gradient, at
- * batch_scale; or taken) feeds the gradient rule. */
-void amp_fallback_due_gradient(amp_net *an, int skipped, int bad_tensor, float batch_scale);
-/* Every layer due falls back: the backend's layer_fallback, the activation
- * plan made again (once). The slots are not pointed again: the caller's
- * (amp_net_restructure). Only between steps. */
-amp_status amp_fallback_apply(amp_net *an, char *err, size_t errlen);
-/* What the state file keeps of fallbacks: the skip counts and the layers. */
-struct amp_state_extra;
-void amp_fallback_save(const amp_net *an, struct amp_state_extra *x);
-/* Resumes them from a state file's (from: its name, for the lines said):
- * the counts, and each listed layer that runs in half now made due (not with
- * amp_fallback=0; a layer the network lacks is said and ignored); how many. */
-int amp_fallback_resume(amp_net *an, const struct amp_state_extra *x, const char *from);
-/* The layers that fell back, and the precision table as the run ends. */
-void amp_fallback_report(const amp_net *an, FILE *out);
-
-/* ---- probe.c: amp_probe ---- */
-/* Half layer al's forward of the first batch, with its output compared to
- * float32's (the backend's probe_forward) ... */
-void amp_probe_forward(amp_net *an, amp_layer *al, layer l, network net);
-/* ... and when that step has ended: the report (the worst layers against the
- * dtype's bound), the layers beyond it due to fall back (with amp_fallback; a
- * data-parallel launch takes every process's); step.c then applies them and
- * points the slots without the probe. */
-void amp_probe_end(amp_net *an);
-/* amp_probe's bound on a half layer's output's relative 2-norm difference. */
-double amp_probe_bound(amp_dtype dtype);
-
 /* ---- hooks.c ---- */
 /* The start-up lines: settings, precision table, the backend's warnings. */
 void amp_describe(const amp_net *an, FILE *out);

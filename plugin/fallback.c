@@ -17,6 +17,7 @@
  * resume starts with it (hooks.c).
  */
 #include "backend.h"
+#include "step.h"
 #include "network.h" /* get_layer_string */
 #include "state_file.h"
 

@@ -4,6 +4,7 @@
  * the training progress line. Also amp_attach, for programs that build
  * networks themselves. */
 #include "backend.h"
+#include "step.h"
 #include "dist.h"
 #include "options.h"
 #include "state_file.h"

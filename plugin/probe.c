@@ -5,6 +5,7 @@
  * beyond it are made due to fall back (fallback.c), which step.c applies.
  */
 #include "backend.h"
+#include "step.h"
 #include "dist.h" /* amp_comm */
 #include "network.h" /* get_layer_string */
 

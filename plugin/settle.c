@@ -9,6 +9,7 @@
  * sync returns its outcome (amp_net_sync).
  */
 #include "core.h"
+#include "step.h"
 #include "network.h" /* get_layer_string */
 
 #include <stdio.h>

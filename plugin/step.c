@@ -36,6 +36,7 @@
  * parent's. The backend does the arithmetic (backend.h).
  */
 #include "backend.h"
+#include "step.h"
 #include "dist.h"
 
 #include <stdio.h>

@@ -39,7 +39,7 @@ awk -v edges="$tmp/edges" '
 function tier(f) {
     if (f ~ /^plugin\/(common|error|kinds|contract)\.c$/) return 1      # leaf
     if (f == "plugin/scaler.c") return 2                                 # the scaler
-    if (f ~ /^plugin\/(net_error|options|config|tensors|loss_cause|policy|plan|state_file|weights_check|profile|inject|dist)\.c$/)
+    if (f ~ /^plugin\/(net_error|options|cfg_keys|config|weights_id|tensors|loss_cause|policy|plan|state_file|weights_check|profile|inject|dist)\.c$/)
         return 3                                                         # the network state
     if (f ~ /^plugin\/(fallback|probe)\.c$/) return 4                    # the rules
     if (f ~ /^plugin\/cpu\// || f ~ /^cuda\//) return 5                  # the backends

@@ -14,6 +14,7 @@
  *   contract_test CFG
  */
 #include "backend.h"
+#include "step.h"
 #include "check.h"
 #include "nets.h"
 #include "network.h" /* get_layer_string */

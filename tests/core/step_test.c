@@ -24,6 +24,7 @@
  * overwritten by that step's outcome.
  */
 #include "backend.h"
+#include "step.h"
 #include "check.h"
 #include "nets.h"
 #include "state_file.h"

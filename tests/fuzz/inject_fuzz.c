@@ -32,6 +32,7 @@
  */
 #include "fuzz.h"
 #include "core.h" /* amp_net, amp_net_new, amp_collect_tensors, amp_parse_injection */
+#include "step.h"
 
 #include <ctype.h>
 #include <errno.h>

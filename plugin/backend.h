@@ -16,6 +16,17 @@
  *   decision. A backend never calls up into the step: it returns what the
  *   step needs, and the step decides what follows.
  *
+ * What a backend reads and writes of amp_net (its view; build.backend_view
+ * holds the backends' sources to it), every other field being the core's own
+ * (the phase, the step's bookkeeping, the skip counters, the plan's records):
+ * - it reads: net, layers (its own bk and label, the plan's io and
+ *   decisions), bk, scaler (the options; the state's scale), env (profile),
+ *   comm, cfgfile, tensors, ntensors, nparams, states, nstates,
+ *   nstate_elems, weights_version, owns_scaler, error, ops;
+ * - it writes, for the step: batch_scale (begin_batch), found_inf and
+ *   bad_tensor (a host-decided unscale), loss_bad and loss_element
+ *   (scale_loss), prof_steps (a device profile's batches).
+ *
  * Every member is required unless marked optional; contract.c checks a
  * table before a network attaches to it (the version, every required
  * member, the members that come in pairs) and refuses one that falls short,

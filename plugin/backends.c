@@ -17,3 +17,16 @@ const amp_backend_ops *amp_backend_for(const network *net)
 #endif
     return &amp_cpu_backend;
 }
+
+int amp_backends(const amp_backend_ops **out, int max)
+{
+    const amp_backend_ops *const all[] = {
+        &amp_cpu_backend,
+#ifdef GPU
+        &amp_cuda_backend,
+#endif
+    };
+    int n = 0;
+    for (; n < (int)(sizeof all / sizeof all[0]) && n < max; ++n) out[n] = all[n];
+    return n;
+}

@@ -551,5 +551,7 @@ void amp_inject_delta(amp_net *an, int index, layer *l);
 /* The backend for a network: the CUDA one for a network built for a GPU in a
  * CUDA build, the CPU one otherwise. */
 const amp_backend_ops *amp_backend_for(const network *net);
+/* This build's backends (at most max into out): their count. */
+int amp_backends(const amp_backend_ops **out, int max);
 
 #endif

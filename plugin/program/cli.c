@@ -44,6 +44,8 @@ int amp_cli_command(int *argc, char **argv, int *status)
         return 1;
     }
     if (*argc >= 2 && strcmp(argv[1], "amp") != 0 && amp_cli_take_options(argc, argv, status)) return 1;
+    if (*argc == 3 && !strcmp(argv[1], "amp") && !strcmp(argv[2], "kinds"))
+        return amp_cli_kinds(*argc, argv, status);
     if (amp_cli_check_command(*argc, argv, status)) return 1;
     if (strcmp(argv[1], "amp") != 0) {
         const int detector = !strcmp(argv[1], "detector");
@@ -56,7 +58,8 @@ int amp_cli_command(int *argc, char **argv, int *status)
         return 0;
     }
     if (*argc != 4 || strcmp(argv[2], "show") != 0) {
-        fprintf(stderr, "usage: %s amp show FILE.weights.amp (or FILE.weights)\n", argv[0]);
+        fprintf(stderr, "usage: %s amp show FILE.weights.amp (or FILE.weights), or %s amp kinds\n",
+                argv[0], argv[0]);
         *status = 2;
         return 1;
     }

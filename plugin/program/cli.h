@@ -92,6 +92,10 @@ void amp_cli_net_read(const network *net, const char *cfgfile, int enabled, amp_
 /* The hooks' train_progress: one record row, and the mAP when it is due. */
 void amp_cli_progress(network *net, const darknet_train_progress *p);
 
+/* cli_kinds.c: `amp kinds`, the table of layer kinds and this build's
+ * backends' half forms: returns 1 with *status 0. */
+int amp_cli_kinds(int argc, char **argv, int *status);
+
 /* state_show.c: `darknet amp show`: the state file at path (or beside the weights file at
  * path) in words on out, and whether the weights file beside it is the one it
  * was saved with. A missing, unreadable or corrupt state file is an error

@@ -5,7 +5,7 @@
  * script takes for success; here each is refused with exit status 2 and the
  * list of what exists. The lists are darknet's own dispatch
  * (examples/darknet.c, and each family's run_* function), plus the program's
- * `detector map`, `detector calc_anchors` and `amp show`. */
+ * `detector map`, `detector calc_anchors`, `amp show` and `amp kinds`. */
 #include "cli.h"
 
 #include <stdio.h>
@@ -33,7 +33,7 @@ static const family families[] = {
     {"tag", "train test", "CFG [WEIGHTS]"},
     {"super", "train test valid", "CFG [WEIGHTS]"},
     {"lsd", "traingan trainprog traincolor gan inter test color valid", "CFG [WEIGHTS]"},
-    {"amp", "show", "FILE.weights.amp"},
+    {"amp", "show kinds", "FILE.weights.amp"},
 };
 
 /* darknet's commands without a subcommand. */
@@ -74,6 +74,7 @@ static void help(FILE *f, const char *prog)
             "  %s detector valid|valid2|recall|demo DATA CFG WEIGHTS\n"
             "  %s partial CFG WEIGHTS OUTPUT N     the first N layers' weights, to start from\n"
             "  %s amp show FILE.weights.amp         a saved loss-scaler state\n"
+            "  %s amp kinds                         the layer kinds that run in half in this build\n"
             "\n"
             "AMP options, with any command that reads a cfg (docs/cfg.md):\n"
             "  -amp bfloat16|float16|float32|1|0  overrides the cfg's [net] amp= and amp_dtype=\n"
@@ -83,7 +84,7 @@ static void help(FILE *f, const char *prog)
             "\n"
             "darknet's other commands, unchanged:\n"
             "  ",
-            prog, prog, prog, prog, prog, prog, prog, prog);
+            prog, prog, prog, prog, prog, prog, prog, prog, prog);
     for (size_t i = 1; i + 1 < sizeof families / sizeof *families; ++i)
         fprintf(f, "%s ", families[i].name);
     fprintf(f, "(each: `%s NAME` lists its subcommands)\n  %s\n\n"

@@ -11,6 +11,9 @@
 #   not there (1, named), with an unknown option (2); its figures are checked
 #   by integration.record;
 # - detector calc_anchors on labels of known shapes (below);
+# - amp kinds: the table of layer kinds, each with its role and, for every
+#   backend of the build, its half forms in float16 and bfloat16
+#   (convolutional yes, batchnorm none); amp kindz refused with the list;
 # - -dont_show, -show_imgs and -mjpeg_port N: accepted and said once,
 #   training runs; darknet's own commands (ops) run as before.
 #   commands.sh DARKNET DATA_DIR CFG OUT     (CFG: a short training cfg)
@@ -38,6 +41,12 @@ expect 2 err "^usage: .* COMMAND \.\.\.: darknet's commands"
 expect 0 out "detector map DATA CFG WEIGHTS" --help
 expect 0 out "^  -amp bfloat16\|float16\|float32\|1\|0" -h
 expect 0 out "^darknet-amp [0-9][^ ]* \(darknet [^ ]+ with [0-9]+ patches; (CPU|CUDA) build\)$" --version
+expect 0 out "^  convolutional +GEMM in half +yes +yes" amp kinds
+expect 0 out "^  batchnorm +float32 statistics +-  +-" amp kinds
+expect 0 out "^  route +moves half tensors +yes +yes" amp kinds
+rows=$(grep -cE "^  [a-z]+ +(GEMM in half|GEMMs in sub-layers|float32 statistics|moves half tensors) " "$out/$n.out")
+[ "$rows" -eq 16 ] && ok "amp kinds: 16 kinds" || bad "amp kinds: $rows kinds (expected 16): $(cat "$out/$n.out")"
+expect 2 err "amp: unknown subcommand 'kindz'; the subcommands: show kinds$" amp kindz
 expect 2 err "unknown command 'detectr'" detectr train "$out/s.data" "$cfg"
 expect 2 err "^the commands: detector classifier .* partial" detectr train "$out/s.data" "$cfg"
 expect 2 err "detector: unknown subcommand 'anchors'; the subcommands: train test valid valid2 recall demo map calc_anchors$" \

@@ -118,6 +118,7 @@ static const amp_layer_kind kinds[] = {
     {UPSAMPLE, "upsample", AMP_ROLE_MOVES, NULL, NULL, NULL, NULL},
     {REORG, "reorg", AMP_ROLE_MOVES, NULL, NULL, NULL, NULL},
     {DROPOUT, "dropout", AMP_ROLE_MOVES, NULL, NULL, NULL, NULL},
+    {ACTIVE, "activation", AMP_ROLE_MOVES, NULL, NULL, NULL, NULL},
 };
 
 int amp_kind_count(void)

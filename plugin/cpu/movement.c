@@ -368,6 +368,40 @@ static void dropout_backward(layer l, network net)
     }
 }
 
+/* ---- activation (darknet's [activation] layer): out = act(in), element by element ---- */
+
+/* The elementwise layers need no layout: NHWC in, NHWC out, index for index. */
+static void active_forward(layer l, network net)
+{
+    const amp_layer *al = l.hook_data;
+    const amp_dtype dt = dtype_of(al);
+    const size_t n = (size_t)l.outputs * l.batch;
+    float *a = amp_cpu_reserve(&cpu_net_of(al->owner)->out32, n);
+    amp_cpu_from_half(dt, (const uint16_t *)net.input, a, n);
+    activate_array(a, (int)n, l.activation);
+    amp_cpu_to_half(dt, a, out_half(&l), n);
+}
+
+/* The gradient through the activation, from the output, into the layer's
+ * delta (as darknet's backward leaves it) and written over the input's
+ * delta, not added, as darknet's backward copies it. */
+static void active_backward(layer l, network net)
+{
+    (void)net;
+    amp_layer *al = l.hook_data;
+    amp_cpu_deltas_begin(al->owner, al->index);
+    uint16_t *dst = amp_cpu_half_delta(al->owner, al->index - 1);
+    const amp_dtype dt = dtype_of(al);
+    const size_t n = (size_t)l.outputs * l.batch;
+    cpu_net *cn = cpu_net_of(al->owner);
+    float *d = amp_cpu_reserve(&cn->out32, n), *y = amp_cpu_reserve(&cn->dx32, n);
+    amp_cpu_from_half(dt, cpu_layer_of(al)->delta_h, d, n);
+    amp_cpu_from_half(dt, out_half(&l), y, n);
+    gradient_array(y, (int)n, l.activation, d);
+    amp_cpu_to_half(dt, d, cpu_layer_of(al)->delta_h, n);
+    if (dst) memcpy(dst, cpu_layer_of(al)->delta_h, n * sizeof *dst);
+}
+
 int amp_movement_has_half(const layer *l)
 {
     switch (l->type) {
@@ -386,6 +420,8 @@ int amp_movement_has_half(const layer *l)
                (long)l->out_c * l->out_h * l->out_w == l->outputs && l->outputs == l->inputs;
     case AVGPOOL: return l->out_w == 1 && l->out_h == 1 && l->out_c == l->c;
     case DROPOUT: return l->rand && l->outputs == l->inputs;
+    case ACTIVE: /* an activation whose gradient is a function of its output */
+        return !activation_needs_input(l->activation) && l->outputs == l->inputs;
     default: return 0;
     }
 }
@@ -402,6 +438,7 @@ static const struct {
     {REORG, reorg_forward, reorg_backward},
     {AVGPOOL, avgpool_forward, avgpool_backward},
     {DROPOUT, dropout_forward, dropout_backward},
+    {ACTIVE, active_forward, active_backward},
 };
 
 int amp_movement_has_kind(LAYER_TYPE type)

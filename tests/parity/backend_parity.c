@@ -652,6 +652,7 @@ static const kind_net kind_nets[] = {
     {UPSAMPLE, "[upsample]\nstride=2\n\n", NULL, NULL},
     {REORG, "[reorg]\nstride=2\n\n", NULL, NULL},
     {DROPOUT, "[dropout]\nprobability=.25\n\n", NULL, NULL},
+    {ACTIVE, "[activation]\nactivation=logistic\n\n", NULL, NULL},
 };
 
 /* The kind's network as a cfg file under out (or tests/cfg's): its path. */

@@ -45,7 +45,7 @@ expect 0 out "^  convolutional +GEMM in half +yes +yes" amp kinds
 expect 0 out "^  batchnorm +float32 statistics +-  +-" amp kinds
 expect 0 out "^  route +moves half tensors +yes +yes" amp kinds
 rows=$(grep -cE "^  [a-z]+ +(GEMM in half|GEMMs in sub-layers|float32 statistics|moves half tensors) " "$out/$n.out")
-[ "$rows" -eq 16 ] && ok "amp kinds: 16 kinds" || bad "amp kinds: $rows kinds (expected 16): $(cat "$out/$n.out")"
+[ "$rows" -eq 17 ] && ok "amp kinds: 17 kinds" || bad "amp kinds: $rows kinds (expected 17): $(cat "$out/$n.out")"
 expect 2 err "amp: unknown subcommand 'kindz'; the subcommands: show kinds$" amp kindz
 expect 2 err "unknown command 'detectr'" detectr train "$out/s.data" "$cfg"
 expect 2 err "^the commands: detector classifier .* partial" detectr train "$out/s.data" "$cfg"

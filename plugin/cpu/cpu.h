@@ -170,6 +170,22 @@ static inline cpu_layer *cpu_layer_of(const amp_layer *al)
     return (cpu_layer *)al->bk;
 }
 
+/* A layer kind's half form on this backend: a row of a forms table
+ * (emulated.c's GEMM kinds, movement.c's data-movement kinds). */
+typedef struct amp_cpu_form {
+    LAYER_TYPE type;
+    amp_layer_fn forward, backward;
+} amp_cpu_form;
+
+/* The row of forms[0..n) for type, or NULL. */
+static inline const amp_cpu_form *amp_cpu_form_of(const amp_cpu_form *forms, size_t n,
+                                                  LAYER_TYPE type)
+{
+    for (size_t i = 0; i < n; ++i)
+        if (forms[i].type == type) return &forms[i];
+    return NULL;
+}
+
 /* The half storage the plan gave half layer al's tail, or NULL (tail.c). */
 static inline const amp_tail_half *cpu_tail_half(const amp_layer *al)
 {

@@ -386,31 +386,27 @@ static void local_backward(layer l, network net)
 }
 
 /* The emulation's forms, one row a GEMM kind (kinds.c). */
-static const struct {
-    LAYER_TYPE type;
-    amp_layer_fn forward, backward;
-} forms[] = {
+static const amp_cpu_form forms[] = {
     {CONVOLUTIONAL, amp_emulated_conv_forward, amp_emulated_conv_backward},
     {DECONVOLUTIONAL, amp_emulated_deconv_forward, amp_emulated_deconv_backward},
     {CONNECTED, amp_emulated_connected_forward, amp_emulated_connected_backward},
     {LOCAL, local_forward, local_backward},
 };
 
+#define NFORMS (sizeof forms / sizeof forms[0])
+
 int amp_emulation_has(LAYER_TYPE type)
 {
-    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; ++i)
-        if (forms[i].type == type) return 1;
-    return 0;
+    return amp_cpu_form_of(forms, NFORMS, type) != NULL;
 }
 
 amp_status amp_emulation_install(amp_layer *al, layer *l, char *why, size_t whylen)
 {
-    size_t i = 0;
-    while (i < sizeof forms / sizeof forms[0] && forms[i].type != l->type) ++i;
-    AMP_RETURN_ERROR_IF(i == sizeof forms / sizeof forms[0], AMP_ERR_INVALID, why, whylen,
-                        "no half path for [%s]", get_layer_string(l->type));
-    al->forward = forms[i].forward;
-    al->backward = forms[i].backward;
+    const amp_cpu_form *f = amp_cpu_form_of(forms, NFORMS, l->type);
+    AMP_RETURN_ERROR_IF(!f, AMP_ERR_INVALID, why, whylen, "no half path for [%s]",
+                        get_layer_string(l->type));
+    al->forward = f->forward;
+    al->backward = f->backward;
     cpu_layer_of(al)->runner = AMP_CPU_RUNS_EMULATED;
     al->label = "emulated";
     return AMP_OK;

@@ -427,10 +427,7 @@ int amp_movement_has_half(const layer *l)
 }
 
 /* The half forms of the data-movement kinds, one row a kind (kinds.c). */
-static const struct {
-    LAYER_TYPE type;
-    amp_layer_fn forward, backward;
-} forms[] = {
+static const amp_cpu_form forms[] = {
     {MAXPOOL, amp_maxpool_forward_half, amp_maxpool_backward_half},
     {ROUTE, route_forward, route_backward},
     {UPSAMPLE, upsample_forward, upsample_backward},
@@ -441,18 +438,17 @@ static const struct {
     {ACTIVE, active_forward, active_backward},
 };
 
+#define NFORMS (sizeof forms / sizeof forms[0])
+
 int amp_movement_has_kind(LAYER_TYPE type)
 {
-    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; ++i)
-        if (forms[i].type == type) return 1;
-    return 0;
+    return amp_cpu_form_of(forms, NFORMS, type) != NULL;
 }
 
 void amp_movement_install(amp_layer *al, layer *l)
 {
-    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; ++i)
-        if (forms[i].type == l->type) {
-            al->forward = forms[i].forward;
-            al->backward = forms[i].backward;
-        }
+    const amp_cpu_form *f = amp_cpu_form_of(forms, NFORMS, l->type);
+    if (!f) return;
+    al->forward = f->forward;
+    al->backward = f->backward;
 }

@@ -618,13 +618,13 @@ static int gpu(const char *cfg, int cpu_reference, int resize)
 /* A kind's network: [net] and a convolution, the kind's body (or a cfg of
  * tests/cfg), then a convolution, an average pool, a 1x1 convolution and
  * softmax, which owns the cost. cpu_skip: why darknet's CPU cannot be the
- * reference (the kind is compared on a GPU only). Two of darknet's own CPU
- * faults shape the bodies: its local layer sizes its workspace in floats
- * where the network allocates bytes (so a layer after it needs a larger
- * one: 16 filters), and the backward of a 1x1 convolution writes its data
- * gradient over the input's delta instead of adding (so the route's second
- * reader is a 3x3 convolution: with a 1x1 darknet's float32 loses the
- * route's share of layer 0's gradient, which the half forms keep). The
+ * reference (the kind is compared on a GPU only). One of darknet's own CPU
+ * faults shapes a body: the backward of a 1x1 convolution writes its data
+ * gradient over the input's delta instead of adding, so the route's second
+ * reader is a 3x3 convolution (with a 1x1, darknet's float32 loses the
+ * route's share of layer 0's gradient, which the half forms keep). The local
+ * layer's workspace is the network's largest here, which overran it before
+ * patch 0024 (its size in floats where the network allocates bytes). The
  * average pool is the one the tail has. */
 typedef struct {
     LAYER_TYPE type;
@@ -640,7 +640,7 @@ static const kind_net kind_nets[] = {
     {DECONVOLUTIONAL, "[deconvolutional]\nbatch_normalize=1\nfilters=8\nsize=4\nstride=2\n"
                       "padding=1\nactivation=leaky\n\n", NULL, NULL},
     {CONNECTED, "[connected]\noutput=24\nactivation=leaky\n\n", NULL, NULL},
-    {LOCAL, "[local]\nfilters=16\nsize=3\nstride=1\npad=1\nactivation=leaky\n\n", NULL, NULL},
+    {LOCAL, "[local]\nfilters=4\nsize=3\nstride=1\npad=1\nactivation=leaky\n\n", NULL, NULL},
     {CRNN, NULL, "crnn.cfg", NULL},
     {GRU, NULL, "gru.cfg", NULL},
     {RNN, NULL, "recurrent.cfg", "darknet's CPU rnn forward writes past a buffer"},

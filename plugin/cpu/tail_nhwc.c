@@ -28,7 +28,7 @@
  */
 #include "cpu.h"
 
-#include "math/half_format.h"
+#include "half_rows.h"
 
 #include "activations.h"
 #include "act_math.h"
@@ -67,16 +67,6 @@ typedef struct nhwc_job {
     const float *mean, *den, *scale, *bias, *inv, *kv, *km;
 } nhwc_job;
 
-NHWC_INLINE float ld(const uint16_t *h, long i, const int bf16)
-{
-    return bf16 ? amp_bf16_to_f32(h[i]) : amp_f16_to_f32(h[i]);
-}
-
-NHWC_INLINE uint16_t st(float v, const int bf16)
-{
-    return bf16 ? amp_f32_to_bf16(v) : amp_f32_to_f16(v);
-}
-
 /* act and act' (of the output) as darknet's; LINEAR and LEAKY, the common
  * ones, inline so that the loops vectorise (the callers pass them as
  * constants). */
@@ -110,144 +100,188 @@ NHWC_INLINE float act_gv(float y, float v, const ACTIVATION a)
                             : act_g(y, a);
 }
 
-/* ---- the passes over one chunk of positions [p0, p1) ---- */
+/* ---- the passes over one chunk of positions [p0, p1) ----
+ *
+ * Each position's values a block at a time (half_rows.h): the half rows read
+ * into float32 rows (xf, yf, df), the arithmetic on those, the results
+ * rounded into the half storage. fmt: the storage format and its conversion
+ * (AMP_HALF_*), a constant in each variant. */
+
+#define NHWC_BLOCK AMP_HALF_BLOCK
+/* The blocks of one position: [c0, c0 + m) */
+#define FOR_BLOCKS(c0, m, c_n)                                                                \
+    for (int c0 = 0, m = (c_n) < NHWC_BLOCK ? (c_n) : NHWC_BLOCK; c0 < (c_n);                \
+         c0 += NHWC_BLOCK, m = (c_n)-c0 < NHWC_BLOCK ? (c_n)-c0 : NHWC_BLOCK)
 
 /* acc[c] += x */
-NHWC_INLINE void chunk_sum(const nhwc_job *j, long p0, long p1, float *acc, const int bf16)
+NHWC_INLINE void chunk_sum(const nhwc_job *j, long p0, long p1, float *acc, const int fmt)
 {
     const int c_n = j->c;
-    for (long p = p0; p < p1; ++p) {
-        const uint16_t *x = j->x + p * c_n;
+    float xf[NHWC_BLOCK];
+    for (long p = p0; p < p1; ++p)
+        FOR_BLOCKS(c0, m, c_n) {
+            amp_half_row_load(j->x + p * c_n + c0, xf, m, fmt);
+            float *a = acc + c0;
 #pragma omp simd
-        for (int c = 0; c < c_n; ++c) acc[c] += ld(x, c, bf16);
-    }
+            for (int i = 0; i < m; ++i) a[i] += xf[i];
+        }
 }
 
 /* acc[c] += (x - mean)^2 */
-NHWC_INLINE void chunk_sqdev(const nhwc_job *j, long p0, long p1, float *acc, const int bf16)
+NHWC_INLINE void chunk_sqdev(const nhwc_job *j, long p0, long p1, float *acc, const int fmt)
 {
     const int c_n = j->c;
-    const float *mean = j->mean;
-    for (long p = p0; p < p1; ++p) {
-        const uint16_t *x = j->x + p * c_n;
+    float xf[NHWC_BLOCK];
+    for (long p = p0; p < p1; ++p)
+        FOR_BLOCKS(c0, m, c_n) {
+            amp_half_row_load(j->x + p * c_n + c0, xf, m, fmt);
+            const float *mean = j->mean + c0;
+            float *a = acc + c0;
 #pragma omp simd
-        for (int c = 0; c < c_n; ++c) {
-            const float d = ld(x, c, bf16) - mean[c];
-            acc[c] += d * d;
+            for (int i = 0; i < m; ++i) {
+                const float d = xf[i] - mean[i];
+                a[i] += d * d;
+            }
         }
-    }
 }
 
 /* y = act((x - mean) / den * scale + bias) */
-NHWC_INLINE void chunk_norm(const nhwc_job *j, long p0, long p1, const int bf16,
+NHWC_INLINE void chunk_norm(const nhwc_job *j, long p0, long p1, const int fmt,
                             const ACTIVATION a)
 {
     const int c_n = j->c;
-    const float *mean = j->mean, *den = j->den, *sc = j->scale, *bi = j->bias;
-    for (long p = p0; p < p1; ++p) {
-        const uint16_t *x = j->x + p * c_n;
-        uint16_t *y = j->y + p * c_n;
+    float xf[NHWC_BLOCK];
+    for (long p = p0; p < p1; ++p)
+        FOR_BLOCKS(c0, m, c_n) {
+            amp_half_row_load(j->x + p * c_n + c0, xf, m, fmt);
+            const float *mean = j->mean + c0, *den = j->den + c0, *sc = j->scale + c0,
+                        *bi = j->bias + c0;
 #pragma omp simd
-        for (int c = 0; c < c_n; ++c) {
-            const float v = (ld(x, c, bf16) - mean[c]) / den[c];
-            y[c] = st(act_f(v * sc[c] + bi[c], a), bf16);
+            for (int i = 0; i < m; ++i) {
+                const float v = (xf[i] - mean[i]) / den[i];
+                xf[i] = act_f(v * sc[i] + bi[i], a);
+            }
+            amp_half_row_store(xf, j->y + p * c_n + c0, m, fmt);
         }
-    }
 }
 
 /* y = act(x + bias) (x may be y itself) */
-NHWC_INLINE void chunk_bias(const nhwc_job *j, long p0, long p1, const int bf16,
+NHWC_INLINE void chunk_bias(const nhwc_job *j, long p0, long p1, const int fmt,
                             const ACTIVATION a)
 {
     const int c_n = j->c;
-    const float *bi = j->bias;
-    for (long p = p0; p < p1; ++p) {
-        const uint16_t *x = j->x + p * c_n;
-        uint16_t *y = j->y + p * c_n;
+    float xf[NHWC_BLOCK];
+    for (long p = p0; p < p1; ++p)
+        FOR_BLOCKS(c0, m, c_n) {
+            amp_half_row_load(j->x + p * c_n + c0, xf, m, fmt);
+            const float *bi = j->bias + c0;
 #pragma omp simd
-        for (int c = 0; c < c_n; ++c) y[c] = st(act_f(ld(x, c, bf16) + bi[c], a), bf16);
-    }
+            for (int i = 0; i < m; ++i) xf[i] = act_f(xf[i] + bi[i], a);
+            amp_half_row_store(xf, j->y + p * c_n + c0, m, fmt);
+        }
 }
 
 /* The backward's sums, d = dh act'(y): s = sum d, ss = sum d x_norm (x_norm
  * made again: (x - mean) / den), md = sum d scale, vd = sum d scale (x - mean);
  * acc holds the four rows one after another. */
-NHWC_INLINE void chunk_bwd_sums(const nhwc_job *j, long p0, long p1, float *acc, const int bf16,
+NHWC_INLINE void chunk_bwd_sums(const nhwc_job *j, long p0, long p1, float *acc, const int fmt,
                                 const ACTIVATION a)
 {
     const int c_n = j->c;
-    const float *mean = j->mean, *den = j->den, *sc = j->scale, *bi = j->bias;
-    float *s = acc, *ss = acc + c_n, *md = acc + 2 * c_n, *vd = acc + 3 * c_n;
-    for (long p = p0; p < p1; ++p) {
-        const uint16_t *x = j->x + p * c_n, *y = j->y + p * c_n, *dh = j->dh + p * c_n;
+    float xf[NHWC_BLOCK], yf[NHWC_BLOCK], df[NHWC_BLOCK];
+    for (long p = p0; p < p1; ++p)
+        FOR_BLOCKS(c0, m, c_n) {
+            const long at = p * c_n + c0;
+            amp_half_row_load(j->x + at, xf, m, fmt);
+            amp_half_row_load(j->y + at, yf, m, fmt);
+            amp_half_row_load(j->dh + at, df, m, fmt);
+            const float *mean = j->mean + c0, *den = j->den + c0, *sc = j->scale + c0,
+                        *bi = j->bias + c0;
+            float *s = acc + c0, *ss = acc + c_n + c0, *md = acc + 2 * c_n + c0,
+                  *vd = acc + 3 * c_n + c0;
 #pragma omp simd
-        for (int c = 0; c < c_n; ++c) {
-            const float xm = ld(x, c, bf16) - mean[c], xn = xm / den[c];
-            const float d = ld(dh, c, bf16) * act_gv(ld(y, c, bf16), xn * sc[c] + bi[c], a);
-            const float dd = d * sc[c];
-            s[c] += d;
-            ss[c] += d * xn;
-            md[c] += dd;
-            vd[c] += dd * xm;
+            for (int i = 0; i < m; ++i) {
+                const float xm = xf[i] - mean[i], xn = xm / den[i];
+                const float d = df[i] * act_gv(yf[i], xn * sc[i] + bi[i], a);
+                const float dd = d * sc[i];
+                s[i] += d;
+                ss[i] += d * xn;
+                md[i] += dd;
+                vd[i] += dd * xm;
+            }
         }
+}
+
+/* Counts, of the m values v rounded into h, those not zero (nz) and of them
+ * those that rounded to zero (fl). */
+NHWC_INLINE void count_flushes(const float *v, const uint16_t *h, int m, unsigned long long *nz,
+                               unsigned long long *fl)
+{
+    unsigned n1 = 0, f1 = 0; /* 32-bit lanes in the loop */
+#pragma omp simd reduction(+ : n1, f1)
+    for (int i = 0; i < m; ++i) {
+        n1 += v[i] != 0.0f;
+        f1 += v[i] != 0.0f && (h[i] & 0x7fffu) == 0;
     }
+    *nz += n1;
+    *fl += f1;
 }
 
 /* dh = half(d scale inv + kv (x - mean) + km), counting the rounding's flushes. */
 NHWC_INLINE void chunk_bwd_dx(const nhwc_job *j, long p0, long p1, unsigned long long *nz,
-                              unsigned long long *fl, const int bf16, const ACTIVATION a)
+                              unsigned long long *fl, const int fmt, const ACTIVATION a)
 {
     const int c_n = j->c;
-    const float *mean = j->mean, *sc = j->scale, *inv = j->inv, *kv = j->kv, *km = j->km;
-    const float *den = j->den, *bi = j->bias;
+    float xf[NHWC_BLOCK], yf[NHWC_BLOCK], df[NHWC_BLOCK];
     unsigned long long n0 = 0, f0 = 0;
-    for (long p = p0; p < p1; ++p) {
-        const uint16_t *x = j->x + p * c_n, *y = j->y + p * c_n;
-        uint16_t *dh = j->dh + p * c_n;
-        unsigned n1 = 0, f1 = 0; /* 32-bit lanes in the loop */
-#pragma omp simd reduction(+ : n1, f1)
-        for (int c = 0; c < c_n; ++c) {
-            const float xm = ld(x, c, bf16) - mean[c];
-            const float pre = needs_input(a) ? xm / den[c] * sc[c] + bi[c] : 0.f;
-            const float d = ld(dh, c, bf16) * act_gv(ld(y, c, bf16), pre, a) * sc[c];
-            const float v = d * inv[c] + kv[c] * xm + km[c];
-            const uint16_t h = st(v, bf16);
-            dh[c] = h;
-            n1 += v != 0.0f;
-            f1 += v != 0.0f && (h & 0x7fffu) == 0;
+    for (long p = p0; p < p1; ++p)
+        FOR_BLOCKS(c0, m, c_n) {
+            const long at = p * c_n + c0;
+            amp_half_row_load(j->x + at, xf, m, fmt);
+            amp_half_row_load(j->y + at, yf, m, fmt);
+            amp_half_row_load(j->dh + at, df, m, fmt);
+            const float *mean = j->mean + c0, *sc = j->scale + c0, *inv = j->inv + c0,
+                        *kv = j->kv + c0, *km = j->km + c0, *den = j->den + c0,
+                        *bi = j->bias + c0;
+#pragma omp simd
+            for (int i = 0; i < m; ++i) {
+                const float xm = xf[i] - mean[i];
+                const float pre = needs_input(a) ? xm / den[i] * sc[i] + bi[i] : 0.f;
+                const float d = df[i] * act_gv(yf[i], pre, a) * sc[i];
+                df[i] = d * inv[i] + kv[i] * xm + km[i];
+            }
+            amp_half_row_store(df, j->dh + at, m, fmt);
+            count_flushes(df, j->dh + at, m, &n0, &f0);
         }
-        n0 += n1;
-        f0 += f1;
-    }
     *nz += n0;
     *fl += f0;
 }
 
 /* Without batch-norm: dh = half(dh act'(y)), acc[c] += it (the bias gradient). */
 NHWC_INLINE void chunk_bwd_bias(const nhwc_job *j, long p0, long p1, float *acc,
-                                unsigned long long *nz, unsigned long long *fl, const int bf16,
+                                unsigned long long *nz, unsigned long long *fl, const int fmt,
                                 const ACTIVATION a)
 {
     const int c_n = j->c;
-    const float *bi = j->bias;
+    float xf[NHWC_BLOCK], yf[NHWC_BLOCK], df[NHWC_BLOCK];
     unsigned long long n0 = 0, f0 = 0;
-    for (long p = p0; p < p1; ++p) {
-        const uint16_t *x = j->x + p * c_n, *y = j->y + p * c_n;
-        uint16_t *dh = j->dh + p * c_n;
-        unsigned n1 = 0, f1 = 0;
-#pragma omp simd reduction(+ : n1, f1)
-        for (int c = 0; c < c_n; ++c) {
-            const float pre = needs_input(a) ? ld(x, c, bf16) + bi[c] : 0.f;
-            const float d = ld(dh, c, bf16) * act_gv(ld(y, c, bf16), pre, a);
-            const uint16_t h = st(d, bf16);
-            dh[c] = h;
-            acc[c] += d;
-            n1 += d != 0.0f;
-            f1 += d != 0.0f && (h & 0x7fffu) == 0;
+    for (long p = p0; p < p1; ++p)
+        FOR_BLOCKS(c0, m, c_n) {
+            const long at = p * c_n + c0;
+            if (needs_input(a)) amp_half_row_load(j->x + at, xf, m, fmt);
+            amp_half_row_load(j->y + at, yf, m, fmt);
+            amp_half_row_load(j->dh + at, df, m, fmt);
+            const float *bi = j->bias + c0;
+            float *s = acc + c0;
+#pragma omp simd
+            for (int i = 0; i < m; ++i) {
+                const float pre = needs_input(a) ? xf[i] + bi[i] : 0.f;
+                df[i] = df[i] * act_gv(yf[i], pre, a);
+                s[i] += df[i];
+            }
+            amp_half_row_store(df, j->dh + at, m, fmt);
+            count_flushes(df, j->dh + at, m, &n0, &f0);
         }
-        n0 += n1;
-        f0 += f1;
-    }
     *nz += n0;
     *fl += f0;
 }
@@ -266,51 +300,52 @@ typedef enum nhwc_pass {
 } nhwc_pass;
 
 NHWC_INLINE void run_chunk(const nhwc_job *j, nhwc_pass pass, long p0, long p1, float *acc,
-                           unsigned long long *nz, unsigned long long *fl, const int bf16,
+                           unsigned long long *nz, unsigned long long *fl, const int fmt,
                            const ACTIVATION a)
 {
     switch (pass) {
-    case PASS_SUM: chunk_sum(j, p0, p1, acc, bf16); break;
-    case PASS_SQDEV: chunk_sqdev(j, p0, p1, acc, bf16); break;
-    case PASS_NORM: chunk_norm(j, p0, p1, bf16, a); break;
-    case PASS_BIAS: chunk_bias(j, p0, p1, bf16, a); break;
-    case PASS_BWD_SUMS: chunk_bwd_sums(j, p0, p1, acc, bf16, a); break;
-    case PASS_BWD_DX: chunk_bwd_dx(j, p0, p1, nz, fl, bf16, a); break;
-    case PASS_BWD_BIAS: chunk_bwd_bias(j, p0, p1, acc, nz, fl, bf16, a); break;
+    case PASS_SUM: chunk_sum(j, p0, p1, acc, fmt); break;
+    case PASS_SQDEV: chunk_sqdev(j, p0, p1, acc, fmt); break;
+    case PASS_NORM: chunk_norm(j, p0, p1, fmt, a); break;
+    case PASS_BIAS: chunk_bias(j, p0, p1, fmt, a); break;
+    case PASS_BWD_SUMS: chunk_bwd_sums(j, p0, p1, acc, fmt, a); break;
+    case PASS_BWD_DX: chunk_bwd_dx(j, p0, p1, nz, fl, fmt, a); break;
+    case PASS_BWD_BIAS: chunk_bwd_bias(j, p0, p1, acc, nz, fl, fmt, a); break;
     }
 }
 
+/* f16: the float16 format of the variant (AMP_HALF_F16C where it has F16C) */
 NHWC_INLINE void chunk_any(const nhwc_job *j, nhwc_pass pass, long p0, long p1, float *acc,
-                           unsigned long long *nz, unsigned long long *fl)
+                           unsigned long long *nz, unsigned long long *fl, const int f16)
 {
     const ACTIVATION a = j->act;
     if (j->bf16) {
-        if (a == LEAKY) run_chunk(j, pass, p0, p1, acc, nz, fl, 1, LEAKY);
-        else if (a == LINEAR) run_chunk(j, pass, p0, p1, acc, nz, fl, 1, LINEAR);
-        else if (a == MISH) run_chunk(j, pass, p0, p1, acc, nz, fl, 1, MISH);
-        else run_chunk(j, pass, p0, p1, acc, nz, fl, 1, a);
+        if (a == LEAKY) run_chunk(j, pass, p0, p1, acc, nz, fl, AMP_HALF_BF16, LEAKY);
+        else if (a == LINEAR) run_chunk(j, pass, p0, p1, acc, nz, fl, AMP_HALF_BF16, LINEAR);
+        else if (a == MISH) run_chunk(j, pass, p0, p1, acc, nz, fl, AMP_HALF_BF16, MISH);
+        else run_chunk(j, pass, p0, p1, acc, nz, fl, AMP_HALF_BF16, a);
     } else {
-        if (a == LEAKY) run_chunk(j, pass, p0, p1, acc, nz, fl, 0, LEAKY);
-        else if (a == LINEAR) run_chunk(j, pass, p0, p1, acc, nz, fl, 0, LINEAR);
-        else if (a == MISH) run_chunk(j, pass, p0, p1, acc, nz, fl, 0, MISH);
-        else run_chunk(j, pass, p0, p1, acc, nz, fl, 0, a);
+        if (a == LEAKY) run_chunk(j, pass, p0, p1, acc, nz, fl, f16, LEAKY);
+        else if (a == LINEAR) run_chunk(j, pass, p0, p1, acc, nz, fl, f16, LINEAR);
+        else if (a == MISH) run_chunk(j, pass, p0, p1, acc, nz, fl, f16, MISH);
+        else run_chunk(j, pass, p0, p1, acc, nz, fl, f16, a);
     }
 }
 
 typedef void (*chunk_fn)(const nhwc_job *j, nhwc_pass pass, long p0, long p1, float *acc,
                          unsigned long long *nz, unsigned long long *fl);
 
-#define NHWC_VARIANT(attr, isa)                                                                   \
+#define NHWC_VARIANT(attr, isa, f16)                                                              \
     attr static void chunk_##isa(const nhwc_job *j, nhwc_pass pass, long p0, long p1, float *acc, \
                                  unsigned long long *nz, unsigned long long *fl)                  \
     {                                                                                             \
-        chunk_any(j, pass, p0, p1, acc, nz, fl);                                                  \
+        chunk_any(j, pass, p0, p1, acc, nz, fl, f16);                                             \
     }
 
-NHWC_VARIANT(, sse2)
-#if defined(__x86_64__) && defined(__GNUC__)
-NHWC_VARIANT(__attribute__((target("avx2,fma,f16c"))), avx2)
-NHWC_VARIANT(__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))), avx512)
+NHWC_VARIANT(, sse2, AMP_HALF_F16)
+#ifdef AMP_HALF_ROWS_X86
+NHWC_VARIANT(__attribute__((target("avx2,fma,f16c"))), avx2, AMP_HALF_F16C)
+NHWC_VARIANT(__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))), avx512, AMP_HALF_F16C)
 #define NHWC_X86 1
 #endif
 

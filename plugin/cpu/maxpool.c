@@ -10,7 +10,7 @@
  */
 #include "cpu.h"
 
-#include "math/half_format.h"
+#include "half_rows.h"
 
 #include <float.h>
 #include <stdlib.h>
@@ -147,18 +147,13 @@ static inline float half_value(const uint16_t *h, long i, const int bf16)
     return bf16 ? amp_bf16_to_f32(h[i]) : amp_f16_to_f32(h[i]);
 }
 
-static inline uint16_t half_of_value(float v, const int bf16)
-{
-    return bf16 ? amp_f32_to_bf16(v) : amp_f32_to_f16(v);
-}
-
 /* Output row i of image b, c channels; max and best: c floats and ints of
  * the thread's. The window position of each channel's first maximum is
  * kept (best), its input index made once at the end. Indexes are int, as
  * darknet's l.indexes. */
 static inline void pool_row_nhwc(const layer *l, const uint16_t *restrict in,
                                  uint16_t *restrict out, int *restrict idx, int b, int i,
-                                 float *restrict max, int *restrict best, const int bf16)
+                                 float *restrict max, int *restrict best, const int fmt)
 {
     const int c_n = l->c, off = -l->pad / 2, s = l->size;
     const int y0 = off + i * l->stride;
@@ -169,18 +164,26 @@ static inline void pool_row_nhwc(const layer *l, const uint16_t *restrict in,
             /* the common 2 x 2 window, whole inside: the same four comparisons */
             const int a0 = ((b * l->h + y0) * l->w + x0) * c_n, a1 = a0 + c_n;
             const int a2 = a0 + l->w * c_n, a3 = a2 + c_n;
+            float v0[AMP_HALF_BLOCK], v1[AMP_HALF_BLOCK], v2[AMP_HALF_BLOCK], v3[AMP_HALF_BLOCK];
+            for (int c0 = 0; c0 < c_n; c0 += AMP_HALF_BLOCK) {
+                const int n = c_n - c0 < AMP_HALF_BLOCK ? c_n - c0 : AMP_HALF_BLOCK;
+                amp_half_row_load(in + a0 + c0, v0, n, fmt);
+                amp_half_row_load(in + a1 + c0, v1, n, fmt);
+                amp_half_row_load(in + a2 + c0, v2, n, fmt);
+                amp_half_row_load(in + a3 + c0, v3, n, fmt);
+                int *at_c = idx + o + c0;
 #pragma omp simd
-            for (int c = 0; c < c_n; ++c) {
-                const float v0 = half_value(in, a0 + c, bf16), v1 = half_value(in, a1 + c, bf16),
-                            v2 = half_value(in, a2 + c, bf16), v3 = half_value(in, a3 + c, bf16);
-                float m = -FLT_MAX;
-                int at = -1;
-                at = v0 > m ? a0 + c : at, m = v0 > m ? v0 : m;
-                at = v1 > m ? a1 + c : at, m = v1 > m ? v1 : m;
-                at = v2 > m ? a2 + c : at, m = v2 > m ? v2 : m;
-                at = v3 > m ? a3 + c : at, m = v3 > m ? v3 : m;
-                out[o + c] = half_of_value(m, bf16);
-                idx[o + c] = at;
+                for (int c = 0; c < n; ++c) {
+                    float m = -FLT_MAX;
+                    int at = -1;
+                    at = v0[c] > m ? a0 + c0 + c : at, m = v0[c] > m ? v0[c] : m;
+                    at = v1[c] > m ? a1 + c0 + c : at, m = v1[c] > m ? v1[c] : m;
+                    at = v2[c] > m ? a2 + c0 + c : at, m = v2[c] > m ? v2[c] : m;
+                    at = v3[c] > m ? a3 + c0 + c : at, m = v3[c] > m ? v3[c] : m;
+                    v0[c] = m;
+                    at_c[c] = at;
+                }
+                amp_half_row_store(v0, out + o + c0, n, fmt);
             }
             continue;
         }
@@ -189,16 +192,22 @@ static inline void pool_row_nhwc(const layer *l, const uint16_t *restrict in,
             const int y = y0 + k / s, x = x0 + k % s;
             if (y < 0 || y >= l->h || x < 0 || x >= l->w) continue; /* -FLT_MAX: never > */
             const int at = ((b * l->h + y) * l->w + x) * c_n;
+            for (int c0 = 0; c0 < c_n; c0 += AMP_HALF_BLOCK) {
+                const int n = c_n - c0 < AMP_HALF_BLOCK ? c_n - c0 : AMP_HALF_BLOCK;
+                float v[AMP_HALF_BLOCK];
+                amp_half_row_load(in + at + c0, v, n, fmt);
+                float *mx = max + c0;
+                int *bs = best + c0;
 #pragma omp simd
-            for (int c = 0; c < c_n; ++c) {
-                const float v = half_value(in, at + c, bf16);
-                const int gt = v > max[c];
-                best[c] = gt ? k : best[c];
-                max[c] = gt ? v : max[c];
+                for (int c = 0; c < n; ++c) {
+                    const int gt = v[c] > mx[c];
+                    bs[c] = gt ? k : bs[c];
+                    mx[c] = gt ? v[c] : mx[c];
+                }
             }
         }
+        amp_half_row_store(max, out + o, c_n, fmt);
         for (int c = 0; c < c_n; ++c) {
-            out[o + c] = half_of_value(max[c], bf16);
             const int k = best[c];
             idx[o + c] = k < 0 ? -1 : ((b * l->h + y0 + k / s) * l->w + x0 + k % s) * c_n + c;
         }
@@ -209,17 +218,17 @@ static inline void pool_row_nhwc(const layer *l, const uint16_t *restrict in,
  * a constant in each. */
 typedef void (*pool_row_fn)(const layer *l, const uint16_t *in, uint16_t *out, int *idx, int b,
                             int i, float *max, int *best, int bf16);
-#define POOL_VARIANT(attr, isa)                                                                   \
+#define POOL_VARIANT(attr, isa, f16)                                                              \
     attr static void pool_row_##isa(const layer *l, const uint16_t *in, uint16_t *out, int *idx,  \
                                     int b, int i, float *max, int *best, int bf16)                \
     {                                                                                             \
-        if (bf16) pool_row_nhwc(l, in, out, idx, b, i, max, best, 1);                             \
-        else pool_row_nhwc(l, in, out, idx, b, i, max, best, 0);                                  \
+        if (bf16) pool_row_nhwc(l, in, out, idx, b, i, max, best, AMP_HALF_BF16);                 \
+        else pool_row_nhwc(l, in, out, idx, b, i, max, best, f16);                                \
     }
-POOL_VARIANT(, sse2)
-#if defined(__x86_64__) && defined(__GNUC__)
-POOL_VARIANT(__attribute__((target("avx2,fma,f16c"))), avx2)
-POOL_VARIANT(__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))), avx512)
+POOL_VARIANT(, sse2, AMP_HALF_F16)
+#ifdef AMP_HALF_ROWS_X86
+POOL_VARIANT(__attribute__((target("avx2,fma,f16c"))), avx2, AMP_HALF_F16C)
+POOL_VARIANT(__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))), avx512, AMP_HALF_F16C)
 #define POOL_X86 1
 #endif
 
@@ -256,7 +265,7 @@ void amp_maxpool_nhwc_forward(const layer *l, amp_dtype dt, const uint16_t *in, 
  * dst = half(dst + d) where the index is that input's. */
 static inline void unpool_row_nhwc(const layer *l, const uint16_t *restrict d,
                                    const int *restrict idx, uint16_t *restrict dst, int b, int i,
-                                   const int bf16)
+                                   const int fmt)
 {
     const int c_n = l->c, off = -l->pad / 2, s = l->size;
     for (int j = 0; j < l->out_w; ++j) {
@@ -265,10 +274,19 @@ static inline void unpool_row_nhwc(const layer *l, const uint16_t *restrict d,
             const int y = off + i * l->stride + k / s, x = off + j * l->stride + k % s;
             if (y < 0 || y >= l->h || x < 0 || x >= l->w) continue;
             const int at = ((b * l->h + y) * l->w + x) * c_n;
+            for (int c0 = 0; c0 < c_n; c0 += AMP_HALF_BLOCK) {
+                const int n = c_n - c0 < AMP_HALF_BLOCK ? c_n - c0 : AMP_HALF_BLOCK;
+                float v[AMP_HALF_BLOCK], g[AMP_HALF_BLOCK];
+                uint16_t h[AMP_HALF_BLOCK];
+                amp_half_row_load(dst + at + c0, v, n, fmt);
+                amp_half_row_load(d + o + c0, g, n, fmt);
 #pragma omp simd
-            for (int c = 0; c < c_n; ++c) {
-                const float v = half_value(dst, at + c, bf16) + half_value(d, o + c, bf16);
-                dst[at + c] = idx[o + c] == at + c ? half_of_value(v, bf16) : dst[at + c];
+                for (int c = 0; c < n; ++c) v[c] += g[c];
+                amp_half_row_store(v, h, n, fmt);
+                const int *ix = idx + o + c0;
+                uint16_t *dc = dst + at + c0;
+#pragma omp simd
+                for (int c = 0; c < n; ++c) dc[c] = ix[c] == at + c0 + c ? h[c] : dc[c];
             }
         }
     }
@@ -276,17 +294,17 @@ static inline void unpool_row_nhwc(const layer *l, const uint16_t *restrict d,
 
 typedef void (*unpool_row_fn)(const layer *l, const uint16_t *d, const int *idx, uint16_t *dst,
                               int b, int i, int bf16);
-#define UNPOOL_VARIANT(attr, isa)                                                                 \
+#define UNPOOL_VARIANT(attr, isa, f16)                                                            \
     attr static void unpool_row_##isa(const layer *l, const uint16_t *d, const int *idx,          \
                                       uint16_t *dst, int b, int i, int bf16)                      \
     {                                                                                             \
-        if (bf16) unpool_row_nhwc(l, d, idx, dst, b, i, 1);                                       \
-        else unpool_row_nhwc(l, d, idx, dst, b, i, 0);                                            \
+        if (bf16) unpool_row_nhwc(l, d, idx, dst, b, i, AMP_HALF_BF16);                           \
+        else unpool_row_nhwc(l, d, idx, dst, b, i, f16);                                          \
     }
-UNPOOL_VARIANT(, sse2)
+UNPOOL_VARIANT(, sse2, AMP_HALF_F16)
 #ifdef POOL_X86
-UNPOOL_VARIANT(__attribute__((target("avx2,fma,f16c"))), avx2)
-UNPOOL_VARIANT(__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))), avx512)
+UNPOOL_VARIANT(__attribute__((target("avx2,fma,f16c"))), avx2, AMP_HALF_F16C)
+UNPOOL_VARIANT(__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))), avx512, AMP_HALF_F16C)
 #endif
 
 static unpool_row_fn unpool_row(void)

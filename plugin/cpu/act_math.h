@@ -1,4 +1,4 @@
-/* mish, swish and hard_mish for the CPU tails (tail.c, tail_nhwc.c): the
+/* leaky, mish, swish and hard_mish for the CPU tails (tail.c, tail_nhwc.c): the
  * functions darknet's activations.h defines (patch 0019), written so that a
  * loop of them vectorises: one expf each and rational functions of it, no
  * log1pf or tanhf, no branches beyond selects.
@@ -14,7 +14,28 @@
 #ifndef AMP_CPU_ACT_MATH_H
 #define AMP_CPU_ACT_MATH_H
 
+#include "math/half_format.h" /* amp_f32_bits */
+
 #include <math.h>
+#include <stdint.h>
+
+/* darknet's leaky slope, y > 0 ? 1 : .1 (NaN: .1), from y's bits: with
+ * floating-point exceptions kept (GCC's default -ftrapping-math) a float
+ * comparison or a select between float values stays a branch, and its loop
+ * scalar; this one vectorises. y > 0 holds for the bit patterns 1 to
+ * 0x7f800000 (the positive numbers up to inf). */
+static inline float amp_leaky_slope(float y)
+{
+    const uint32_t pos = 0u - (uint32_t)(amp_f32_bits(y) - 1u < 0x7f800000u);
+    return amp_f32_from_bits(0x3dcccccdu ^ (pos & (0x3f800000u ^ 0x3dcccccdu))); /* .1f or 1.f */
+}
+
+/* darknet's leaky, v > 0 ? v : .1f v, to the bit: v x 1 is v (NaN: x .1
+ * gives the same quiet NaN), and +0 x .1 is +0. */
+static inline float amp_leaky(float v)
+{
+    return v * amp_leaky_slope(v);
+}
 
 static inline float amp_mish(float x)
 {

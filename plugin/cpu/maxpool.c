@@ -151,7 +151,7 @@ static inline float half_value(const uint16_t *h, long i, const int bf16)
  * the thread's. The window position of each channel's first maximum is
  * kept (best), its input index made once at the end. Indexes are int, as
  * darknet's l.indexes. */
-static inline void pool_row_nhwc(const layer *l, const uint16_t *restrict in,
+AMP_HALF_ROWS_INLINE void pool_row_nhwc(const layer *l, const uint16_t *restrict in,
                                  uint16_t *restrict out, int *restrict idx, int b, int i,
                                  float *restrict max, int *restrict best, const int fmt)
 {
@@ -263,7 +263,7 @@ void amp_maxpool_nhwc_forward(const layer *l, amp_dtype dt, const uint16_t *in, 
  * one of the window whose maximum it is; output row i of image b, every
  * input position of its windows visited in turn, all channels at once:
  * dst = half(dst + d) where the index is that input's. */
-static inline void unpool_row_nhwc(const layer *l, const uint16_t *restrict d,
+AMP_HALF_ROWS_INLINE void unpool_row_nhwc(const layer *l, const uint16_t *restrict d,
                                    const int *restrict idx, uint16_t *restrict dst, int b, int i,
                                    const int fmt)
 {

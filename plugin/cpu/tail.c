@@ -74,8 +74,7 @@ TAIL_INLINE void activate_slice(float *p, int size, float scale, float bias, ACT
     case LEAKY:
 #pragma omp simd
         for (int i = 0; i < size; ++i) {
-            const float v = p[i] * scale + bias;
-            p[i] = v > 0 ? v : .1f * v;
+            p[i] = amp_leaky(p[i] * scale + bias);
         }
         break;
     case MISH:
@@ -101,7 +100,7 @@ TAIL_INLINE void gradient_slice(float *d, const float *y, int size, ACTIVATION a
     case LINEAR: break;
     case LEAKY:
 #pragma omp simd
-        for (int i = 0; i < size; ++i) d[i] *= y[i] > 0 ? 1.f : .1f;
+        for (int i = 0; i < size; ++i) d[i] *= amp_leaky_slope(y[i]);
         break;
     case MISH:
 #pragma omp simd

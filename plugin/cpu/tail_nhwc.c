@@ -73,7 +73,7 @@ typedef struct nhwc_job {
 NHWC_INLINE float act_f(float v, const ACTIVATION a)
 {
     return a == LINEAR  ? v
-           : a == LEAKY ? (v > 0 ? v : .1f * v)
+           : a == LEAKY ? amp_leaky(v)
            : a == MISH  ? amp_mish(v)
            : a == SWISH ? amp_swish(v)
            : a == HARD_MISH ? amp_hard_mish(v)
@@ -82,7 +82,7 @@ NHWC_INLINE float act_f(float v, const ACTIVATION a)
 
 NHWC_INLINE float act_g(float y, const ACTIVATION a)
 {
-    return a == LINEAR ? 1.f : a == LEAKY ? (y > 0 ? 1.f : .1f) : gradient(y, a);
+    return a == LINEAR ? 1.f : a == LEAKY ? amp_leaky_slope(y) : gradient(y, a);
 }
 
 /* act' from the output y, or from the input v where it needs that; inline so
@@ -218,10 +218,12 @@ NHWC_INLINE void count_flushes(const float *v, const uint16_t *h, int m, unsigne
                                unsigned long long *fl)
 {
     unsigned n1 = 0, f1 = 0; /* 32-bit lanes in the loop */
+    /* v != 0 from the bits (NaN included), which vectorises (amp_leaky_slope) */
 #pragma omp simd reduction(+ : n1, f1)
     for (int i = 0; i < m; ++i) {
-        n1 += v[i] != 0.0f;
-        f1 += v[i] != 0.0f && (h[i] & 0x7fffu) == 0;
+        const unsigned nonzero = (amp_f32_bits(v[i]) & 0x7fffffffu) != 0;
+        n1 += nonzero;
+        f1 += nonzero & ((h[i] & 0x7fffu) == 0);
     }
     *nz += n1;
     *fl += f1;

@@ -6,6 +6,12 @@
  * - the tails' amp_mish/amp_swish/amp_hard_mish and their gradients against
  *   double precision, within a few ulps (they use one expf and rational
  *   functions where darknet uses log1pf and tanhf; darknet's error is shown);
+ * - the tails' leaky (amp_leaky, amp_leaky_slope: a product with a slope
+ *   made from the bits, so that their loops vectorise) on every float32
+ *   sign and exponent with several significands, zeros, infinities and
+ *   NaNs: the value bit for bit the select form's and within an ulp of
+ *   darknet's (which multiplies by .1 in double), the slope bit for bit
+ *   darknet's gradient;
  * - names: get_activation and activation_is_known know them,
  *   activation_needs_input says which take the input.
  */
@@ -16,6 +22,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 typedef float (*fn)(float);
@@ -99,6 +106,43 @@ int main(void)
                   activation_needs_input(a) && !strcmp(get_activation_string(a), names[k]),
               "%s: parsed, named back, and its gradient takes the input", names[k]);
     }
+    /* leaky: every sign and exponent (NaNs and infinities among them), with
+     * the significands 0, 1, the middle and the largest. The value against
+     * the select form the tails had (v > 0 ? v : .1f v), bit for bit, and
+     * within an ulp of darknet's, which multiplies by .1 in double; the
+     * slope against darknet's gradient, bit for bit. */
+    int leaky_n = 0, non_nan = 0, bad_value = 0, bad_slope = 0, off_ulp = 0, darknet_differs = 0;
+    uint32_t first_bad = 0;
+    const uint32_t mant[] = {0, 1, 0x400000u, 0x7fffffu};
+    for (uint32_t se = 0; se < 512; ++se)
+        for (int k = 0; k < 4; ++k) {
+            const uint32_t u = se << 23 | mant[k];
+            volatile float vv;
+            memcpy((float *)&vv, &u, sizeof u);
+            const float v = vv;
+            const float mine = amp_leaky(v), select = v > 0 ? v : .1f * v;
+            const float dk = activate(v, LEAKY), slope = amp_leaky_slope(v);
+            const float dk_slope = gradient(v, LEAKY);
+            const int value_ok = !memcmp(&mine, &select, sizeof mine);
+            const int slope_ok = !memcmp(&slope, &dk_slope, sizeof slope);
+            if ((!value_ok || !slope_ok) && !bad_value && !bad_slope) first_bad = u;
+            bad_value += !value_ok;
+            bad_slope += !slope_ok;
+            non_nan += !isnan(v);
+            if (!isnan(v) && memcmp(&mine, &dk, sizeof mine)) {
+                ++darknet_differs;
+                off_ulp += fabsf(mine - dk) > fabsf(nextafterf(dk, 0) - dk);
+            }
+            ++leaky_n;
+        }
+    CHECK(!bad_value && !bad_slope,
+          "leaky: the tails' value against v > 0 ? v : .1f v and their slope against darknet's "
+          "gradient, bit for bit, on %d patterns: %d values and %d slopes differ (first 0x%08x)",
+          leaky_n, bad_value, bad_slope, (unsigned)first_bad);
+    CHECK(!off_ulp,
+          "leaky: the tails' value within an ulp of darknet's (.1 in double) on the %d non-NaN "
+          "patterns: %d differ by an ulp, %d by more",
+          non_nan, darknet_differs - off_ulp, off_ulp);
     /* the check can fail: the gradient from the output (darknet's usual way)
      * is not mish's */
     const float x = -1.5f;

@@ -376,6 +376,14 @@ static void describe(const amp_net *an, FILE *out)
     fprintf(out, "amp:   CPU: oneDNN %s; the plugin's loops %s%s\n", isa,
             amp_cpu_isa_name(amp_cpu_isa_used()),
             amp_cpu_isa_used() < amp_cpu_isa_detected() ? " (DARKNET_AMP_MAX_CPU_ISA)" : "");
+    static const char *const how[] = {
+        [AMP_CONV_TIMED] = "the faster of the two, timed once per shape; DARKNET_SEED or "
+                           "DARKNET_AMP_CONV=rule chooses by shape, so that a run repeats",
+        [AMP_CONV_DIRECT] = "oneDNN's convolution (DARKNET_AMP_CONV=direct)",
+        [AMP_CONV_MATMUL] = "im2col + matmul (DARKNET_AMP_CONV=matmul)",
+        [AMP_CONV_RULE] = "by shape, so that a run repeats (DARKNET_AMP_CONV=timed times them)"};
+    if (onednn)
+        fprintf(out, "amp:   convolution forms: %s\n", how[cpu_net_of(an)->conv_form]);
     /* the convolutions' form: im2col + matmul or oneDNN's, and the timings
      * that chose it */
     for (int i = 0; i < an->net->n; ++i) {

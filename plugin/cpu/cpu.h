@@ -59,9 +59,10 @@ typedef enum amp_cpu_path {
  * reference, to compare like with like. */
 /* DARKNET_AMP_CONV: how a convolution goes through oneDNN (docs/cfg.md). */
 typedef enum amp_conv_form {
-    AMP_CONV_AUTO,   /* both timed once per shape, the faster kept (small maps only) */
+    AMP_CONV_TIMED,  /* both timed once per shape, the faster kept (small maps only) */
     AMP_CONV_DIRECT, /* oneDNN's convolution primitives */
-    AMP_CONV_MATMUL  /* im2col + oneDNN matmul wherever it applies (groups 1) */
+    AMP_CONV_MATMUL, /* im2col + oneDNN matmul wherever it applies (groups 1) */
+    AMP_CONV_RULE    /* by the layer's shape alone (onednn_form.c): a run repeats */
 } amp_conv_form;
 
 typedef enum amp_bn_formula {
@@ -201,13 +202,18 @@ amp_cpu_runner amp_cpu_layer_runner(const amp_layer *al);
 /* settings.c: the backend's environment, as set (NULL: unset), ... */
 typedef struct amp_cpu_env {
     const char *cpu;  /* DARKNET_AMP_CPU: auto, onednn or emulate */
-    const char *conv; /* DARKNET_AMP_CONV: auto, direct or matmul */
+    const char *conv; /* DARKNET_AMP_CONV: auto, timed, direct, matmul or rule */
+    int seeded;       /* DARKNET_SEED is set (not empty) */
 } amp_cpu_env;
 void amp_cpu_env_read(amp_cpu_env *env);
 /* ... parsed: DARKNET_AMP_CPU, and DARKNET_AMP_CONV the same way;
  * AMP_ERR_INVALID with a message naming the variable on a bad value ... */
 amp_status amp_cpu_path_parse(const char *value, amp_cpu_path *out, char *err, size_t errlen);
-amp_status amp_conv_form_parse(const char *value, amp_conv_form *out, char *err, size_t errlen);
+/* DARKNET_AMP_CONV's value: auto (the default) is timed, or the rule when
+ * seeded is nonzero (DARKNET_SEED is set: timing would make two runs of one
+ * seed take different forms). */
+amp_status amp_conv_form_parse(const char *value, int seeded, amp_conv_form *out, char *err,
+                               size_t errlen);
 /* ... and read, checked and set in cn at attach (DARKNET_AMP_MAX_CPU_ISA too). */
 amp_status amp_cpu_settings(cpu_net *cn, char *err, size_t errlen);
 

@@ -1,8 +1,8 @@
 /* Which form a convolution takes through oneDNN: its own convolution (the
- * direct form) or im2col + matmul, as DARKNET_AMP_CONV asks; in auto mode
- * both timed once per shape on scratch arrays, the faster kept, with a
- * margin and a fixed rule for close calls so that the choice does not flip
- * with the machine's load.
+ * direct form) or im2col + matmul, as DARKNET_AMP_CONV asks: timed, both
+ * timed once per shape on scratch arrays, the faster kept, with a margin
+ * and the rule for close calls; rule, by the layer's shape alone, so that a
+ * seeded run repeats (auto: rule in a seeded run, timed otherwise).
  */
 #include "onednn.h"
 
@@ -72,18 +72,32 @@ static void time_both(amp_layer *al, amp_dnnl_conv *a, amp_dnnl_conv *b, const l
     *tb = best[1];
 }
 
-/* A form wins on timing only when it is faster by this factor. Closer calls
- * go by a fixed rule, the matmul form for maps of at most
- * AMP_MATMUL_SURE_POSITIONS positions per image, so that the choice, and with
- * it the order of float32 sums and the training trajectory, does not flip
- * from run to run with the machine's load. */
-#define AMP_FORM_MARGIN 1.25
+/* The rule: im2col + matmul for a kernel larger than 1 x 1 on a map of at
+ * most AMP_MATMUL_SURE_POSITIONS positions per image, oneDNN's convolution
+ * otherwise. What the timings chose on every CPU measured (docs/cfg.md):
+ * on a small map oneDNN's convolution leaves most of its vector lanes or
+ * threads idle, while im2col's matrix is small; a 1 x 1 kernel needs no
+ * im2col, and oneDNN's convolution of it ran 1.5-2x faster than a matmul
+ * with its reorders. It decides DARKNET_AMP_CONV=rule, auto in a seeded run,
+ * and the timings' close calls. */
 #define AMP_MATMUL_SURE_POSITIONS 32
 
-/* DARKNET_AMP_CONV=auto: both forms built and timed, the faster kept in d
- * (the direct one already there, with status st); the choice recorded. */
+static int rule_matmul(const layer *l)
+{
+    return l->size > 1 && l->out_h * l->out_w <= AMP_MATMUL_SURE_POSITIONS;
+}
+
+/* A form wins on timing only when it is faster by this factor; closer
+ * calls go by the rule, so that the choice, and with it the order of
+ * float32 sums and the training trajectory, flips less with the machine's
+ * load (it still can: a seeded run takes the rule throughout). */
+#define AMP_FORM_MARGIN 1.25
+
+/* DARKNET_AMP_CONV=timed (auto unseeded): both forms built and timed, the
+ * faster kept in d (the direct one already there, with status st); =rule
+ * (timed 0): the rule's form kept without timing. The choice recorded. */
 static amp_status choose(amp_layer *al, amp_dnnl_conv *d, const layer *l, amp_status st,
-                         char *why, size_t whylen)
+                         int timed, char *why, size_t whylen)
 {
     const cpu_net *cn = cpu_net_of(al->owner);
     amp_dnnl_conv *m = calloc(1, sizeof *m);
@@ -93,13 +107,16 @@ static amp_status choose(amp_layer *al, amp_dnnl_conv *d, const layer *l, amp_st
     m->user_in = d->user_in;
     m->user_out = d->user_out;
     char whym[AMP_MSG_LEN];
-    amp_status sm = amp_dnnl_mm_build(m, cn->dnnl->engine, l, whym, sizeof whym);
+    /* the rule's direct form, which runs: no matmul to build */
+    const int direct_by_rule = !timed && st == AMP_OK && !rule_matmul(l);
+    amp_status sm = direct_by_rule ? AMP_ERR_INVALID
+                                   : amp_dnnl_mm_build(m, cn->dnnl->engine, l, whym, sizeof whym);
     if (sm == AMP_OK && cn->path == AMP_CPU_AUTO && amp_dnnl_has_reference(m)) {
         amp_dnnl_release(m);
         sm = AMP_ERR_INVALID;
     }
     double td = -1, tm = -1;
-    if (st == AMP_OK && sm == AMP_OK) {
+    if (timed && st == AMP_OK && sm == AMP_OK) {
         time_both(al, d, m, l, &td, &tm);
         /* the arena grew for both forms (the losing one's windows can be the
          * largest buffers of all): given back, it grows again to what the
@@ -110,10 +127,11 @@ static amp_status choose(amp_layer *al, amp_dnnl_conv *d, const layer *l, amp_st
         cnw->arena_bytes = 0;
     }
     int use_mm = sm == AMP_OK && (st != AMP_OK || (tm >= 0 && td < 0));
-    if (sm == AMP_OK && st == AMP_OK && tm >= 0 && td >= 0)
-        use_mm = tm * AMP_FORM_MARGIN < td   ? 1
+    if (sm == AMP_OK && st == AMP_OK && (!timed || (tm >= 0 && td >= 0)))
+        use_mm = !timed                      ? rule_matmul(l)
+                 : tm * AMP_FORM_MARGIN < td ? 1
                  : td * AMP_FORM_MARGIN < tm ? 0
-                                             : l->out_h * l->out_w <= AMP_MATMUL_SURE_POSITIONS;
+                                             : rule_matmul(l);
     amp_dnnl_choice keep = d->choice;
     if (use_mm) {
         amp_dnnl_release(d);
@@ -146,7 +164,7 @@ amp_status amp_dnnl_layer_build(amp_layer *al, amp_dnnl_conv *d, const layer *l,
     if (l->type != CONVOLUTIONAL) return amp_dnnl_gemm_layer_build(d, e, l, why, whylen);
     if (cn->conv_form == AMP_CONV_MATMUL && l->groups == 1)
         return amp_dnnl_mm_build(d, e, l, why, whylen);
-    if (cn->conv_form == AMP_CONV_AUTO)
+    if (cn->conv_form == AMP_CONV_TIMED || cn->conv_form == AMP_CONV_RULE)
         for (int i = 0; i < d->choice.n; ++i)
             if (d->choice.shape[i].batch == l->batch && d->choice.shape[i].h == l->h &&
                 d->choice.shape[i].w == l->w)
@@ -154,9 +172,9 @@ amp_status amp_dnnl_layer_build(amp_layer *al, amp_dnnl_conv *d, const layer *l,
                                                  : amp_dnnl_conv_build(d, e, l, why, whylen);
     amp_status st = amp_dnnl_conv_build(d, e, l, why, whylen);
     if (cn->conv_form == AMP_CONV_DIRECT || l->groups != 1) return st;
-    /* auto: a small map, or a shape oneDNN's convolution cannot run */
+    /* timed or rule: a small map, or a shape oneDNN's convolution cannot run */
     if (st == AMP_OK && (l->out_h * l->out_w > AMP_MATMUL_MAX_POSITIONS ||
                          (cn->path == AMP_CPU_AUTO && amp_dnnl_has_reference(d))))
         return st;
-    return choose(al, d, l, st, why, whylen);
+    return choose(al, d, l, st, cn->conv_form == AMP_CONV_TIMED, why, whylen);
 }

@@ -20,7 +20,8 @@
  *   "emulate" theirs; anything else AMP_ERR_INVALID with a message that
  *   fits the buffer, is NUL-terminated and printable, and starts with
  *   "DARKNET_AMP_CPU=" (fuzz.h);
- * - amp_conv_form_parse: the same with auto, direct and matmul, and
+ * - amp_conv_form_parse: the same with auto, timed, direct, matmul and
+ *   rule (auto: timed, or rule when seeded; both tried), and
  *   "DARKNET_AMP_CONV=";
  * - nothing reads or writes out of bounds (the sanitized build).
  *
@@ -49,8 +50,9 @@ static const char *const cpu_words[] = {"auto", "onednn", "emulate", "AUTO", "",
                                         "oneDNN", "auto ", "onednn\n", "dnnl", "emulate\xff"};
 static const char *const inject_words[] = {"3:weights:nan:2,5", "", "0:biases:inf:1",
                                            "1:uz.weights:-inf:4;2:scales:nan:1"};
-static const char *const conv_words[] = {"auto", "direct", "matmul", "", "MATMUL", "im2col",
-                                         "direct ", "matmul\n", "Auto", "gemm"};
+static const char *const conv_words[] = {"auto",   "timed",    "direct", "matmul", "rule",
+                                         "",       "MATMUL",   "im2col", "direct ", "matmul\n",
+                                         "Auto",   "rules",    "gemm"};
 static const char *const crash_words[] = {"1", "0", "", "11", "1 ", " 1", "true", "01", "+1",
                                           "1\n"};
 
@@ -106,13 +108,18 @@ static void make_input(input *in, fz_rng *r)
 
 static fz_count *profile_count, *crash_count, *cpu_count, *conv_count;
 
-/* The CPU backend's two choices, each parsed into its enum's index in the
- * names (their order in cpu.h). */
-static const char *const cpu_names[3] = {"auto", "onednn", "emulate"};
-static const char *const conv_names[3] = {"auto", "direct", "matmul"};
-typedef amp_status (*parse_fn)(const char *value, int *out, char *err, size_t errlen);
+/* The CPU backend's two choices: the names each takes, and the enum value
+ * (cpu.h) each name is read as. DARKNET_AMP_CONV's auto is timed, or the
+ * rule in a seeded run (DARKNET_SEED set). */
+static const char *const cpu_names[] = {"auto", "onednn", "emulate"};
+static const int cpu_values[] = {AMP_CPU_AUTO, AMP_CPU_ONEDNN, AMP_CPU_EMULATE};
+static const char *const conv_names[] = {"auto", "timed", "direct", "matmul", "rule"};
+static const int conv_values[2][5] = {
+    {AMP_CONV_TIMED, AMP_CONV_TIMED, AMP_CONV_DIRECT, AMP_CONV_MATMUL, AMP_CONV_RULE},
+    {AMP_CONV_RULE, AMP_CONV_TIMED, AMP_CONV_DIRECT, AMP_CONV_MATMUL, AMP_CONV_RULE}};
+typedef amp_status (*parse_fn)(const char *value, int seeded, int *out, char *err, size_t errlen);
 
-static amp_status cpu_parse(const char *value, int *out, char *err, size_t errlen)
+static amp_status cpu_parse(const char *value, int seeded, int *out, char *err, size_t errlen)
 {
     amp_cpu_path path = (amp_cpu_path)-1;
     amp_status st = amp_cpu_path_parse(value, &path, err, errlen);
@@ -120,37 +127,38 @@ static amp_status cpu_parse(const char *value, int *out, char *err, size_t errle
     return st;
 }
 
-static amp_status conv_parse(const char *value, int *out, char *err, size_t errlen)
+static amp_status conv_parse(const char *value, int seeded, int *out, char *err, size_t errlen)
 {
     amp_conv_form form = (amp_conv_form)-1;
-    amp_status st = amp_conv_form_parse(value, &form, err, errlen);
+    amp_status st = amp_conv_form_parse(value, seeded, &form, err, errlen);
     *out = (int)form;
     return st;
 }
 
 /* value (NULL: unset) read by parse as documented: unset, "" and words[0]
- * the first, the other names theirs, anything else refused with a message
- * starting "VAR=". */
-static void check_choice(fz_run *run, fz_rng *r, const char *var, const char *value,
-                         const char *const words[3], parse_fn parse, fz_count *count)
+ * as words[0], each of the n words as values[its index], anything else
+ * refused with a message starting "VAR=" that names every word. */
+static void check_choice(fz_run *run, fz_rng *r, const char *var, const char *value, int seeded,
+                         const char *const *words, const int *values, int n, parse_fn parse,
+                         fz_count *count)
 {
     char prefix[64], msg[160];
     const char *why;
     fz_err e;
-    int got = -1, want = !value || !*value ? 0 : -1;
-    for (int i = 0; i < 3 && value && want < 0; ++i)
-        if (!strcmp(value, words[i])) want = i;
+    int got = -1, want = !value || !*value ? values[0] : -1;
+    for (int i = 0; i < n && value && *value && want < 0; ++i)
+        if (!strcmp(value, words[i])) want = values[i];
     fz_err_reset(&e, r); /* before e.len is read */
-    amp_status st = parse(value, &got, e.buf, e.len);
+    amp_status st = parse(value, seeded, &got, e.buf, e.len);
     snprintf(prefix, sizeof prefix, "%s=", var);
     if ((why = fz_check_message(st, &e, prefix, 0))) fz_violation(run, why, e.buf);
     if (want >= 0 && (st != AMP_OK || got != want)) {
-        snprintf(msg, sizeof msg, "%s: a documented value not read as documented", var);
+        snprintf(msg, sizeof msg, "%s: a documented value not read as documented (seeded %d)",
+                 var, seeded);
         fz_violation(run, msg, st ? e.buf : NULL);
     }
     if (want < 0 && st == AMP_OK) {
-        snprintf(msg, sizeof msg, "%s: accepted a value that is not %s, %s or %s", var, words[0],
-                 words[1], words[2]);
+        snprintf(msg, sizeof msg, "%s: accepted a value that is none of its %d names", var, n);
         fz_violation(run, msg, NULL);
     }
     if (st == AMP_OK)
@@ -204,8 +212,11 @@ static void check(fz_run *run, fz_rng *r, const input *in)
     else
         ++crash_count->n_no;
 
-    check_choice(run, r, "DARKNET_AMP_CPU", cpu_env.cpu, cpu_names, cpu_parse, cpu_count);
-    check_choice(run, r, "DARKNET_AMP_CONV", cpu_env.conv, conv_names, conv_parse, conv_count);
+    check_choice(run, r, "DARKNET_AMP_CPU", cpu_env.cpu, 0, cpu_names, cpu_values, 3, cpu_parse,
+                 cpu_count);
+    for (int seeded = 0; seeded < 2; ++seeded)
+        check_choice(run, r, "DARKNET_AMP_CONV", cpu_env.conv, seeded, conv_names,
+                     conv_values[seeded], 5, conv_parse, conv_count);
 }
 
 static void counters(fz_run *run)

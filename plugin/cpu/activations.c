@@ -228,6 +228,7 @@ static amp_status place_deltas(amp_net *an, char *err, size_t errlen)
 amp_status amp_cpu_activations(amp_net *an, char *err, size_t errlen)
 {
     network *net = an->net;
+    amp_cpu_pin_mmap_threshold(); /* before darknet's arrays are freed */
     for (int i = 0; i < net->n; ++i) {
         amp_layer *al = &an->layers[i];
         layer *l = &net->layers[i];

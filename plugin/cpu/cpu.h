@@ -267,6 +267,9 @@ int amp_movement_has_half(const layer *l);
 int amp_movement_has_kind(LAYER_TYPE type);
 void amp_movement_install(amp_layer *al, layer *l);
 
+/* memory.c: glibc's mmap threshold pinned at its default before darknet's
+ * arrays are freed (memory.c says why); nothing elsewhere. */
+void amp_cpu_pin_mmap_threshold(void);
 /* memory.c: a buffer of at least n floats (grown, never shrunk; aborts when
  * out of memory, as darknet does in a step) ... */
 float *amp_cpu_reserve(amp_buffer *b, size_t n);

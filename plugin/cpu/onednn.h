@@ -91,7 +91,7 @@ typedef enum amp_dnnl_transfer {
 /* float32 kernels (float16; bfloat16 without bfloat16 instructions) on the
  * plan's half storage: oneDNN's reorders between a half array and a
  * float32 layout are its generic ones, ten times slower than its own
- * float32 reorders. So a transfer goes a few images at a time (up to 8 MiB
+ * float32 reorders. So a transfer goes a few images at a time (up to 2 MiB
  * of float32) through a float32 buffer that round.c converts, with a
  * reorder of that many images. */
 typedef struct amp_dnnl_image {

@@ -139,11 +139,12 @@ static amp_layer_profile half_profile(const amp_layer *al)
     return sum;
 }
 
-/* The process's resident memory now and at its peak, in MiB (Linux's
- * /proc/self/status); -1 where unknown. */
-static void resident(double *now, double *peak)
+/* The process's resident memory now and at its peak, and of it now what is
+ * mapped from files (code, libraries) and what is anonymous (data), in MiB
+ * (Linux's /proc/self/status); -1 where unknown. */
+static void resident(double *now, double *peak, double *file, double *anon)
 {
-    *now = *peak = -1;
+    *now = *peak = *file = *anon = -1;
     FILE *f = fopen("/proc/self/status", "r");
     if (!f) return;
     char line[256];
@@ -151,6 +152,8 @@ static void resident(double *now, double *peak)
         double kb;
         if (sscanf(line, "VmRSS: %lf", &kb) == 1) *now = kb / 1024;
         if (sscanf(line, "VmHWM: %lf", &kb) == 1) *peak = kb / 1024;
+        if (sscanf(line, "RssFile: %lf", &kb) == 1) *file = kb / 1024;
+        if (sscanf(line, "RssAnon: %lf", &kb) == 1) *anon = kb / 1024;
     }
     fclose(f);
 }
@@ -173,11 +176,19 @@ static void print_memory(const amp_net *an, FILE *out)
                  "(darknet's %.1f, the %s backend's %.1f)\n",
             params / mib, copies / mib, planned / mib, fp32 / mib, (darknet_ws + backend_ws) / mib,
             darknet_ws / mib, an->ops->name, backend_ws / mib);
-    double now, peak;
-    resident(&now, &peak);
-    if (now >= 0)
-        fprintf(out, "amp: profile: memory: the process holds %.1f MiB (at most %.1f so far)\n",
-                now, peak);
+    double now, peak, file, anon;
+    resident(&now, &peak, &file, &anon);
+    if (now < 0) return;
+    fprintf(out, "amp: profile: memory: the process holds %.1f MiB (at most %.1f so far)", now,
+            peak);
+    /* on a host backend the figures above are in it: the rest of its data */
+    const double counted = (params + copies + planned + darknet_ws + backend_ws) / mib;
+    if (!an->ops->prof_collect && file >= 0 && anon >= 0)
+        fprintf(out, ": %.1f MiB code and libraries, %.1f MiB data, of which the above %.1f and "
+                     "%.1f else (the data loader's images, the kernels' caches, the threads' "
+                     "stacks, what the allocator keeps)",
+                file, anon, counted, anon - counted);
+    fprintf(out, "\n");
 }
 
 /* A device backend's table: every layer's forward, backward and update, a

@@ -181,6 +181,16 @@ NHWC_INLINE void chunk_bias(const nhwc_job *j, long p0, long p1, const int fmt,
         }
 }
 
+/* A backward block's three rows from [at, at + m): the batch-norm input x,
+ * the output y and the incoming gradient dh. */
+NHWC_INLINE void load_backward(const nhwc_job *j, long at, int m, const int fmt, float *xf,
+                               float *yf, float *df)
+{
+    amp_half_row_load(j->x + at, xf, m, fmt);
+    amp_half_row_load(j->y + at, yf, m, fmt);
+    amp_half_row_load(j->dh + at, df, m, fmt);
+}
+
 /* The backward's sums, d = dh act'(y): s = sum d, ss = sum d x_norm (x_norm
  * made again: (x - mean) / den), md = sum d scale, vd = sum d scale (x - mean);
  * acc holds the four rows one after another. */
@@ -192,9 +202,7 @@ NHWC_INLINE void chunk_bwd_sums(const nhwc_job *j, long p0, long p1, float *acc,
     for (long p = p0; p < p1; ++p)
         FOR_BLOCKS(c0, m, c_n) {
             const long at = p * c_n + c0;
-            amp_half_row_load(j->x + at, xf, m, fmt);
-            amp_half_row_load(j->y + at, yf, m, fmt);
-            amp_half_row_load(j->dh + at, df, m, fmt);
+            load_backward(j, at, m, fmt, xf, yf, df);
             const float *mean = j->mean + c0, *den = j->den + c0, *sc = j->scale + c0,
                         *bi = j->bias + c0;
             float *s = acc + c0, *ss = acc + c_n + c0, *md = acc + 2 * c_n + c0,
@@ -239,9 +247,7 @@ NHWC_INLINE void chunk_bwd_dx(const nhwc_job *j, long p0, long p1, unsigned long
     for (long p = p0; p < p1; ++p)
         FOR_BLOCKS(c0, m, c_n) {
             const long at = p * c_n + c0;
-            amp_half_row_load(j->x + at, xf, m, fmt);
-            amp_half_row_load(j->y + at, yf, m, fmt);
-            amp_half_row_load(j->dh + at, df, m, fmt);
+            load_backward(j, at, m, fmt, xf, yf, df);
             const float *mean = j->mean + c0, *sc = j->scale + c0, *inv = j->inv + c0,
                         *kv = j->kv + c0, *km = j->km + c0, *den = j->den + c0,
                         *bi = j->bias + c0;

@@ -40,7 +40,7 @@
 #include "math/half_format.h"
 
 #include "activations.h"
-#include "act_math.h"
+#include "math/act_math.h"
 
 #include <math.h>
 #include <stdlib.h>

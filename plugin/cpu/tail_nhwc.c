@@ -31,7 +31,7 @@
 #include "half_rows.h"
 
 #include "activations.h"
-#include "act_math.h"
+#include "math/act_math.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -67,37 +67,31 @@ typedef struct nhwc_job {
     const float *mean, *den, *scale, *bias, *inv, *kv, *km;
 } nhwc_job;
 
-/* act and act' (of the output) as darknet's; LINEAR and LEAKY, the common
- * ones, inline so that the loops vectorise (the callers pass them as
- * constants). */
+/* act and act' as darknet's: the half tails' own (math/act_math.h, the
+ * device's too) where they have it, LINEAR and LEAKY, the common ones, inline
+ * so that the loops vectorise (the callers pass them as constants); others
+ * through darknet's activate/gradient. */
+_Static_assert(AMP_ACT_LOGISTIC == (int)LOGISTIC && AMP_ACT_RELU == (int)RELU &&
+                   AMP_ACT_LINEAR == (int)LINEAR && AMP_ACT_LEAKY == (int)LEAKY &&
+                   AMP_ACT_MISH == (int)MISH && AMP_ACT_SWISH == (int)SWISH &&
+                   AMP_ACT_HARD_MISH == (int)HARD_MISH,
+               "math/act_math.h's amp_act follows darknet's ACTIVATION");
+
 NHWC_INLINE float act_f(float v, const ACTIVATION a)
 {
-    return a == LINEAR  ? v
-           : a == LEAKY ? amp_leaky(v)
-           : a == MISH  ? amp_mish(v)
-           : a == SWISH ? amp_swish(v)
-           : a == HARD_MISH ? amp_hard_mish(v)
-                            : activate(v, a);
-}
-
-NHWC_INLINE float act_g(float y, const ACTIVATION a)
-{
-    return a == LINEAR ? 1.f : a == LEAKY ? amp_leaky_slope(y) : gradient(y, a);
+    return amp_act_known(a) ? amp_act(v, a) : activate(v, a);
 }
 
 /* act' from the output y, or from the input v where it needs that; inline so
  * that the test folds away for the activations passed as constants */
 NHWC_INLINE int needs_input(const ACTIVATION a)
 {
-    return a == MISH || a == SWISH || a == HARD_MISH;
+    return amp_act_needs_input(a);
 }
 
 NHWC_INLINE float act_gv(float y, float v, const ACTIVATION a)
 {
-    return a == MISH    ? amp_mish_grad(v)
-           : a == SWISH ? amp_swish_grad(v)
-           : a == HARD_MISH ? amp_hard_mish_grad(v)
-                            : act_g(y, a);
+    return amp_act_known(a) ? amp_act_grad(y, v, a) : gradient(y, a);
 }
 
 /* ---- the passes over one chunk of positions [p0, p1) ----

@@ -12,11 +12,16 @@
  *   NaNs: the value bit for bit the select form's and within an ulp of
  *   darknet's (which multiplies by .1 in double), the slope bit for bit
  *   darknet's gradient;
+ * - amp_act and amp_act_grad (math/act_math.h, which the GPU's tails share):
+ *   linear, relu and logistic bit for bit darknet's activate and gradient,
+ *   leaky, mish, swish and hard_mish bit for bit the functions above, on
+ *   every sign and exponent with several significands (a NaN for a NaN); amp_act_known and
+ *   amp_act_needs_input against darknet's names;
  * - names: get_activation and activation_is_known know them,
  *   activation_needs_input says which take the input.
  */
 #include "activations.h"
-#include "act_math.h"
+#include "math/act_math.h"
 
 #include "check.h"
 
@@ -143,6 +148,49 @@ int main(void)
           "leaky: the tails' value within an ulp of darknet's (.1 in double) on the %d non-NaN "
           "patterns: %d differ by an ulp, %d by more",
           non_nan, darknet_differs - off_ulp, off_ulp);
+    /* amp_act, amp_act_grad: the tails' (and the GPU's) choice among them */
+    {
+        const ACTIVATION all[] = {LINEAR, RELU, LOGISTIC, LEAKY, MISH, SWISH, HARD_MISH};
+        const fn own[] = {NULL, NULL, NULL, amp_leaky, amp_mish, amp_swish, amp_hard_mish};
+        const fn own_g[] = {NULL, NULL, NULL, NULL, amp_mish_grad, amp_swish_grad,
+                            amp_hard_mish_grad};
+        for (int k = 0; k < 7; ++k) {
+            const ACTIVATION a = all[k];
+            int n = 0, bad_v = 0, bad_g = 0;
+            uint32_t first = 0;
+            for (uint32_t se = 0; se < 512; ++se)
+                for (int m = 0; m < 4; ++m) {
+                    const uint32_t u = se << 23 | mant[m];
+                    float v;
+                    memcpy(&v, &u, sizeof u);
+                    const float got = amp_act(v, a), y = activate(v, a);
+                    const float want = own[k] ? own[k](v) : y;
+                    /* the gradient: of the input for mish and the like, else
+                     * darknet's of the output */
+                    const float got_g = amp_act_grad(y, v, a);
+                    const float want_g = own_g[k] ? own_g[k](v)
+                                         : a == LEAKY ? amp_leaky_slope(y) : gradient(y, a);
+                    /* a NaN's payload follows the compiler's order of operands */
+                    const int bv = isnan(want) ? !isnan(got) : memcmp(&got, &want, sizeof got) != 0;
+                    const int bg = isnan(want_g) ? !isnan(got_g)
+                                                 : memcmp(&got_g, &want_g, sizeof got_g) != 0;
+                    if ((bv || bg) && !bad_v && !bad_g) first = u;
+                    bad_v += bv, bad_g += bg, ++n;
+                }
+            CHECK(!bad_v && !bad_g && amp_act_known(a) &&
+                      amp_act_needs_input(a) == activation_needs_input(a),
+                  "amp_act(%s): value and gradient bit for bit %s on %d patterns: %d values, %d "
+                  "gradients differ (first 0x%08x); known, takes the %s",
+                  get_activation_string(a), own[k] ? "the tails' functions" : "darknet's", n,
+                  bad_v, bad_g, (unsigned)first, activation_needs_input(a) ? "input" : "output");
+        }
+        CHECK(!amp_act_known(ELU) && !amp_act_known(TANH) && !amp_act_known(SELU),
+              "amp_act does not claim elu, tanh or selu (their tails use darknet's activate)");
+        /* can fail: relu's gradient is not leaky's */
+        CHECK(amp_act_grad(-1.f, -1.f, RELU) != amp_act_grad(-1.f, -1.f, LEAKY),
+              "self-check: relu's and leaky's gradients at -1 differ (%g, %g)",
+              amp_act_grad(-1.f, -1.f, RELU), amp_act_grad(-1.f, -1.f, LEAKY));
+    }
     /* the check can fail: the gradient from the output (darknet's usual way)
      * is not mish's */
     const float x = -1.5f;

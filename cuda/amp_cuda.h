@@ -143,6 +143,58 @@ amp_status amp_cuda_decide(amp_gpu_state *state, amp_scale_params params, int up
 amp_status amp_cuda_overflow_scan(const float *x, size_t n, amp_overflow_scan *out,
                                   cudaStream_t stream, char *err, size_t errlen);
 
+/* tail.cu: a half layer's tail on NHWC half storage (x, y, dh: positions x c
+ * 16-bit values, a position's channels contiguous), with tail_nhwc.c's
+ * arithmetic (math/tail_math.h). The float arrays are device arrays of c
+ * values (darknet's *_gpu): the forward writes mean, variance and the
+ * rolling statistics while training (batch_normalize), and y; the backward
+ * adds into bias_updates and scale_updates, writes mean_delta and
+ * variance_delta, and overwrites dh with the tail's gradient, its rounding's
+ * non-zero and flushed values added into counts[0] and counts[1] (counts
+ * may be NULL). x: the batch-norm input (without batch-norm: the values
+ * before the bias where the activation's gradient needs them, else NULL: y
+ * itself). work: amp_cuda_tail_work_floats(positions, c) floats. The sums
+ * over a channel are deterministic (a fixed order, no float atomics). */
+typedef struct amp_cuda_tail {
+    long positions; /* batch x out_h x out_w */
+    int c;
+    int bf16;            /* bfloat16 patterns, else float16 */
+    int act;             /* darknet's ACTIVATION: amp_cuda_tail_supports */
+    int batch_normalize; /* else the bias */
+    int cudnn;           /* cuDNN's batch-norm formula, else darknet's */
+    int train;           /* batch statistics (else the rolling ones) */
+    const uint16_t *x;
+    uint16_t *y, *dh;
+    const float *scales, *biases;
+    float *mean, *variance, *rolling_mean, *rolling_variance;
+    float *bias_updates, *scale_updates, *mean_delta, *variance_delta;
+    float *work;
+    unsigned long long *counts;
+} amp_cuda_tail;
+
+size_t amp_cuda_tail_work_floats(long positions, int c);
+/* Whether the tail has a half form for the activation (math/act_math.h's). */
+int amp_cuda_tail_supports(int act);
+amp_status amp_cuda_tail_forward(const amp_cuda_tail *t, cudaStream_t stream, char *err,
+                                 size_t errlen);
+amp_status amp_cuda_tail_backward(const amp_cuda_tail *t, cudaStream_t stream, char *err,
+                                  size_t errlen);
+
+/* nhwc.cu: darknet's NCHW float32 arrays (batch images of c channels by hw
+ * positions) against NHWC half tensors of c_stored >= c channels, bit for
+ * bit as round.c's amp_cpu_*_half_nhwc: to_half writes every stored
+ * channel (those from c on zero: the input image's padding); from_half
+ * reads the first c; add_into_half rounds h + x into h (the first c). */
+amp_status amp_cuda_to_half_nhwc(const float *x, uint16_t *h, int batch, int c, int c_stored,
+                                 long hw, amp_dtype dtype, cudaStream_t stream, char *err,
+                                 size_t errlen);
+amp_status amp_cuda_from_half_nhwc(const uint16_t *h, float *x, int batch, int c, int c_stored,
+                                   long hw, amp_dtype dtype, cudaStream_t stream, char *err,
+                                   size_t errlen);
+amp_status amp_cuda_add_into_half_nhwc(uint16_t *h, const float *x, int batch, int c,
+                                       int c_stored, long hw, amp_dtype dtype,
+                                       cudaStream_t stream, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,7 @@
 #include "cpu.h"
 
 #include "math/half_format.h"
+#include "math/nhwc.h"
 
 #include "activations.h"
 
@@ -224,8 +225,7 @@ static void shortcut_backward(layer l, network net)
  * the plan's NHWC index. */
 static inline long nhwc_of(long f, int c, long hw)
 {
-    const long per = c * hw, b = f / per, r = f % per;
-    return (b * hw + r % hw) * c + r / hw;
+    return amp_nhwc_of_nchw(f, c, hw);
 }
 
 /* darknet's reorg_cpu pairs an output element with an input element (its

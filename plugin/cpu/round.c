@@ -18,6 +18,7 @@
  */
 #include "cpu.h"
 #include "math/half_format.h"
+#include "math/nhwc.h"
 
 #ifdef __x86_64__
 #if defined(__GNUC__)
@@ -332,9 +333,9 @@ static inline void nhwc_tile(convert_op op, int bf, const float *f, float *fout,
                              int b, int c_n, int hw, int p0, int p1)
 {
     for (int c = 0; c < c_n; ++c) {
-        const size_t nchw = ((size_t)b * c_n + c) * hw;
+        const size_t nchw = (size_t)amp_nchw_at(b, c, 0, c_n, hw);
         for (int p = p0; p < p1; ++p) {
-            uint16_t *hp = h + ((size_t)b * hw + p) * c_n + c;
+            uint16_t *hp = h + amp_nhwc_at(b, c, p, c_n, hw);
             switch (op) {
             case TO_HALF: *hp = f32_to_half(bf, f[nchw + p]); break;
             case FROM_HALF: fout[nchw + p] = half_to_f32(bf, *hp); break;

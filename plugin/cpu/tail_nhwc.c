@@ -32,6 +32,7 @@
 
 #include "activations.h"
 #include "math/act_math.h"
+#include "math/tail_math.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -151,10 +152,8 @@ NHWC_INLINE void chunk_norm(const nhwc_job *j, long p0, long p1, const int fmt,
             const float *mean = j->mean + c0, *den = j->den + c0, *sc = j->scale + c0,
                         *bi = j->bias + c0;
 #pragma omp simd
-            for (int i = 0; i < m; ++i) {
-                const float v = (xf[i] - mean[i]) / den[i];
-                xf[i] = act_f(v * sc[i] + bi[i], a);
-            }
+            for (int i = 0; i < m; ++i)
+                xf[i] = act_f(amp_bn_pre(xf[i] - mean[i], den[i], sc[i], bi[i]), a);
             amp_half_row_store(xf, j->y + p * c_n + c0, m, fmt);
         }
 }
@@ -204,7 +203,7 @@ NHWC_INLINE void chunk_bwd_sums(const nhwc_job *j, long p0, long p1, float *acc,
 #pragma omp simd
             for (int i = 0; i < m; ++i) {
                 const float xm = xf[i] - mean[i], xn = xm / den[i];
-                const float d = df[i] * act_gv(yf[i], xn * sc[i] + bi[i], a);
+                const float d = df[i] * act_gv(yf[i], amp_bn_pre(xm, den[i], sc[i], bi[i]), a);
                 const float dd = d * sc[i];
                 s[i] += d;
                 ss[i] += d * xn;
@@ -248,9 +247,9 @@ NHWC_INLINE void chunk_bwd_dx(const nhwc_job *j, long p0, long p1, unsigned long
 #pragma omp simd
             for (int i = 0; i < m; ++i) {
                 const float xm = xf[i] - mean[i];
-                const float pre = needs_input(a) ? xm / den[i] * sc[i] + bi[i] : 0.f;
+                const float pre = needs_input(a) ? amp_bn_pre(xm, den[i], sc[i], bi[i]) : 0.f;
                 const float d = df[i] * act_gv(yf[i], pre, a) * sc[i];
-                df[i] = d * inv[i] + kv[i] * xm + km[i];
+                df[i] = amp_bn_dx(d, inv[i], kv[i], xm, km[i]);
             }
             amp_half_row_store(df, j->dh + at, m, fmt);
             count_flushes(df, j->dh + at, m, &n0, &f0);
@@ -480,26 +479,20 @@ void amp_tail_forward_nhwc(layer l, network net, int nbias, int bias_size, amp_b
     float *c2 = rows_of(2, n), *mean = c2, *den = c2 + n;
     if (net.train) {
         const long count = (long)l.batch * bias_size;
-        const float mscale = 1.f / count, vscale = 1.f / (cudnn ? count : count - 1);
-        /* cuDNN's running variance takes the unbiased estimate */
-        const float unbias = cudnn && count > 1 ? (float)count / (count - 1) : 1.f;
         run_pass(&j, &sh, PASS_SUM, 1, mean, NULL, NULL);
-        for (int f = 0; f < n; ++f) mean[f] *= mscale;
+        for (int f = 0; f < n; ++f) mean[f] = amp_bn_mean(mean[f], count);
         j.mean = repeated(&sh, mean, wide);
         run_pass(&j, &sh, PASS_SQDEV, 1, den, NULL, NULL);
         for (int f = 0; f < n; ++f) {
-            const float var = den[f] * vscale;
             l.mean[f] = mean[f];
-            l.variance[f] = var;
-            l.rolling_mean[f] = .99f * l.rolling_mean[f] + .01f * mean[f];
-            l.rolling_variance[f] = .99f * l.rolling_variance[f] + .01f * (var * unbias);
+            amp_bn_variance(den[f], count, cudnn, mean[f], &l.variance[f], &l.rolling_mean[f],
+                            &l.rolling_variance[f]);
         }
     } else {
         memcpy(mean, l.rolling_mean, n * sizeof(float));
     }
     const float *var = net.train ? l.variance : l.rolling_variance;
-    for (int f = 0; f < n; ++f)
-        den[f] = cudnn ? sqrtf(var[f] + .00001f) : sqrtf(var[f]) + .000001f;
+    for (int f = 0; f < n; ++f) den[f] = amp_bn_den(var[f], cudnn);
     j.mean = repeated(&sh, mean, wide);
     j.den = repeated(&sh, den, wide + w);
     j.scale = repeated(&sh, l.scales, wide + 2 * w);
@@ -532,7 +525,7 @@ void amp_tail_backward_nhwc(layer l, network net, int nbias, int bias_size,
         float *kv = c8 + 6 * n, *km = c8 + 7 * n;
         float *wide = rows_of(7, w);
         for (int f = 0; f < n; ++f) /* the forward's normalisation, to make x_norm again */
-            den[f] = th->cudnn ? sqrtf(variance[f] + .00001f) : sqrtf(variance[f]) + .000001f;
+            den[f] = amp_bn_den(variance[f], th->cudnn);
         j.mean = repeated(&sh, mean, wide);
         j.den = repeated(&sh, den, wide + w);
         j.scale = repeated(&sh, l.scales, wide + 2 * w);
@@ -540,16 +533,13 @@ void amp_tail_backward_nhwc(layer l, network net, int nbias, int bias_size,
         run_pass(&j, &sh, PASS_BWD_SUMS, 4, sums, NULL, NULL);
         const float count = (float)((long)l.batch * bias_size);
         for (int f = 0; f < n; ++f) {
-            const float ve = variance[f] + .00001f;
-            inv[f] = 1.f / sqrtf(ve);
+            const amp_bn_terms t =
+                amp_bn_backward_terms(sums[2 * n + f], sums[3 * n + f], variance[f], count);
             l.bias_updates[f] += sums[f];
             l.scale_updates[f] += sums[n + f];
-            const float md = sums[2 * n + f] * -inv[f];
-            const float vd = sums[3 * n + f] * -.5f * powf(ve, -1.5f);
-            l.mean_delta[f] = md;
-            l.variance_delta[f] = vd;
-            kv[f] = vd * 2.f / count;
-            km[f] = md / count;
+            l.mean_delta[f] = t.mean_delta;
+            l.variance_delta[f] = t.variance_delta;
+            inv[f] = t.inv, kv[f] = t.kv, km[f] = t.km;
         }
         j.inv = repeated(&sh, inv, wide + 3 * w);
         j.kv = repeated(&sh, kv, wide + 4 * w);

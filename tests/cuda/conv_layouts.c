@@ -16,8 +16,17 @@
  * float16 layouts also the algorithm the heuristics (cudnnGet*_v7, what the
  * backend takes today) put first and its time in the same search. The totals
  * weigh each shape by its count: the convolution time of one step if every
- * convolution ran the fastest algorithm of that configuration. */
+ * convolution ran the fastest algorithm of that configuration.
+ *
+ * Then the activation plan's half tail (cuda/tail.cu) on each shape's
+ * output, float16 NHWC, batch-norm while training and the layer's
+ * activation: forward and backward timed with CUDA events (the median of 5
+ * after 2), and the bytes they move per millisecond, against the device's
+ * copy speed measured alike. */
 #include "darknet.h"
+
+#include "amp_cuda.h" /* the half tail: amp_cuda_tail_* */
+#include "activations.h" /* get_activation_string */
 
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -36,7 +45,7 @@
     } while (0)
 
 typedef struct {
-    int c, h, w, n, size, stride, pad, groups, count, first;
+    int c, h, w, n, size, stride, pad, groups, count, first, act, bn;
 } shape;
 
 typedef struct {
@@ -131,6 +140,129 @@ static int measure(cudnnHandle_t h, const shape *s, int batch, const config *cf,
     return 0;
 }
 
+static int cmp_float(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of 5 timed runs (after 2) of what(arg), in ms. */
+static float timed(void (*what)(void *), void *arg)
+{
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float ms[5];
+    for (int r = -2; r < 5; ++r) {
+        cudaEventRecord(e0, 0);
+        what(arg);
+        cudaEventRecord(e1, 0);
+        cudaEventSynchronize(e1);
+        if (r >= 0) cudaEventElapsedTime(&ms[r], e0, e1);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    qsort(ms, 5, sizeof ms[0], cmp_float);
+    return ms[2];
+}
+
+typedef struct {
+    amp_cuda_tail t;
+    int bad;
+    void *src, *dst;
+    size_t bytes;
+} tail_run;
+
+static void run_forward(void *p)
+{
+    tail_run *r = p;
+    char err[256];
+    r->bad |= amp_cuda_tail_forward(&r->t, 0, err, sizeof err) != AMP_OK;
+}
+
+static void run_backward(void *p)
+{
+    tail_run *r = p;
+    char err[256];
+    r->bad |= amp_cuda_tail_backward(&r->t, 0, err, sizeof err) != AMP_OK;
+}
+
+static void run_copy(void *p)
+{
+    tail_run *r = p;
+    r->bad |= cudaMemcpyAsync(r->dst, r->src, r->bytes, cudaMemcpyDeviceToDevice, 0) != cudaSuccess;
+}
+
+/* The half tail on every shape's output; 0, or 1 when a run failed. */
+static int tails(const shape *sh, int ns, int batch)
+{
+    long most = 0;
+    for (int j = 0; j < ns; ++j) {
+        const shape *s = &sh[j];
+        const long oh = (s->h + 2 * s->pad - s->size) / s->stride + 1;
+        const long ow = (s->w + 2 * s->pad - s->size) / s->stride + 1;
+        if (oh * ow * s->n > most) most = oh * ow * s->n;
+    }
+    const size_t n = (size_t)most * batch;
+    uint16_t *x, *y, *dh;
+    float *pc, *work;
+    const size_t work_n = amp_cuda_tail_work_floats((long)n, 4096); /* any c up to 4096 */
+    if (cudaMalloc((void **)&x, n * 2) || cudaMalloc((void **)&y, n * 2) || cudaMalloc((void **)&dh, n * 2) ||
+        cudaMalloc((void **)&pc, 12 * 4096 * sizeof(float)) ||
+        cudaMalloc((void **)&work, work_n * sizeof(float))) {
+        fprintf(stderr, "conv_layouts: no memory for the tails\n");
+        return 1;
+    }
+    cudaMemset(x, 0x3c, n * 2); /* 1.0 in float16 (0x3c3c: about 1.06) */
+    cudaMemset(y, 0x3c, n * 2);
+    cudaMemset(dh, 0x1c, n * 2);
+    cudaMemset(pc, 0, 12 * 4096 * sizeof(float));
+    tail_run r = {0};
+    r.src = x, r.dst = y, r.bytes = n * 2;
+    const float copy_ms = timed(run_copy, &r);
+    const double copy_gbs = 2.0 * n * 2 / (copy_ms * 1e6);
+    printf("### the half tail (float16 NHWC, tail.cu), batch %d\n\n"
+           "device copy of %.0f MB: %.3f ms, %.0f GB/s (read + write)\n\n"
+           "| layer | output | count | activation | forward ms | GB/s | backward ms | GB/s |\n"
+           "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |\n",
+           batch, n * 2 / 1e6, copy_ms, copy_gbs);
+    double tf = 0, tb = 0;
+    for (int j = 0; j < ns; ++j) {
+        const shape *s = &sh[j];
+        const long oh = (s->h + 2 * s->pad - s->size) / s->stride + 1;
+        const long ow = (s->w + 2 * s->pad - s->size) / s->stride + 1;
+        if (s->n > 4096 || !amp_cuda_tail_supports(s->act)) {
+            printf("| %d | %ldx%ldx%d | %d | %s | not run | | | |\n", s->first, oh, ow, s->n, s->count,
+                   get_activation_string((ACTIVATION)s->act));
+            continue;
+        }
+        memset(&r.t, 0, sizeof r.t);
+        r.t.positions = oh * ow * batch, r.t.c = s->n, r.t.act = s->act;
+        r.t.batch_normalize = s->bn, r.t.cudnn = 1, r.t.train = 1;
+        r.t.x = x, r.t.y = y, r.t.dh = dh;
+        float *c = pc;
+        r.t.scales = c, r.t.biases = c + 4096, r.t.mean = c + 2 * 4096, r.t.variance = c + 3 * 4096;
+        r.t.rolling_mean = c + 4 * 4096, r.t.rolling_variance = c + 5 * 4096;
+        r.t.bias_updates = c + 6 * 4096, r.t.scale_updates = c + 7 * 4096;
+        r.t.mean_delta = c + 8 * 4096, r.t.variance_delta = c + 9 * 4096;
+        r.t.work = work;
+        const float f = timed(run_forward, &r), b = timed(run_backward, &r);
+        /* bytes: forward reads x twice for the statistics, once to normalise,
+         * writes y; backward reads x, y, dh twice (sums, data gradient),
+         * writes dh */
+        const double vals = (double)r.t.positions * s->n * 2;
+        const double fb = vals * (s->bn ? 4 : 2), bb = vals * (s->bn ? 7 : 5);
+        printf("| %d | %ldx%ldx%d | %d | %s%s | %.3f | %.0f | %.3f | %.0f |\n", s->first, oh, ow, s->n,
+               s->count, get_activation_string((ACTIVATION)s->act), s->bn ? ", batch-norm" : "", f,
+               fb / (f * 1e6), b, bb / (b * 1e6));
+        tf += f * s->count, tb += b * s->count;
+    }
+    printf("\nhalf tails per step: forward %.2f ms, backward %.2f ms (each shape times its count)%s\n\n",
+           tf, tb, r.bad ? "; SOME RUNS FAILED" : "");
+    cudaFree(x), cudaFree(y), cudaFree(dh), cudaFree(pc), cudaFree(work);
+    return r.bad;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3 || atoi(argv[2]) < 1) {
@@ -147,11 +279,12 @@ int main(int argc, char **argv)
         layer *l = &net->layers[i];
         if (l->type != CONVOLUTIONAL) continue;
         ++nconv;
-        shape s = {l->c, l->h, l->w, l->n, l->size, l->stride, l->pad, l->groups > 0 ? l->groups : 1, 1, i};
+        shape s = {l->c, l->h, l->w, l->n, l->size, l->stride, l->pad, l->groups > 0 ? l->groups : 1, 1, i,
+                   (int)l->activation, l->batch_normalize};
         int j = 0;
         while (j < ns && !(sh[j].c == s.c && sh[j].h == s.h && sh[j].w == s.w && sh[j].n == s.n &&
                            sh[j].size == s.size && sh[j].stride == s.stride && sh[j].pad == s.pad &&
-                           sh[j].groups == s.groups))
+                           sh[j].groups == s.groups && sh[j].act == s.act && sh[j].bn == s.bn))
             ++j;
         if (j < ns) ++sh[j].count;
         else sh[ns++] = s;
@@ -218,6 +351,8 @@ int main(int argc, char **argv)
             printf(" %.2f | %.2f%s |", total[k][p], heur[k][p], heur_missing[k][p] ? " (some missing)" : "");
         printf("\n");
     }
+    printf("\n");
+    bad |= tails(sh, ns, batch);
     cudnnDestroy(h);
     free(res);
     free(sh);

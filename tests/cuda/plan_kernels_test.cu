@@ -1,0 +1,403 @@
+/* The activation plan's device kernels against the CPU plan's code they
+ * share their arithmetic with (host_ref.c calls the CPU backend):
+ * - NHWC conversions (cuda/nhwc.cu against round.c): float32 NCHW into half
+ *   NHWC with the channels padded, back, and added into, bit for bit (a NaN
+ *   sum a NaN), over values that round to every class (subnormals, overflow
+ *   to inf, NaN);
+ * - the half tail (cuda/tail.cu against tail_nhwc.c, both on
+ *   math/tail_math.h): batch-norm while training and with the rolling
+ *   statistics, darknet's and cuDNN's formulas, the bias alone, every
+ *   activation the half tails compute, float16 and bfloat16, forward and
+ *   backward. Outputs and gradients per element within one half ulp plus
+ *   2^-16 of the tensor's largest value (the channel sums are added in
+ *   another order: a value can round the other way); the statistics and
+ *   parameter gradients within a relative 2-norm of 1e-5; the gradient's
+ *   flush counts within the elements that differ. A self-check moves one
+ *   bias by 1e-2 and must be seen.
+ * Exit 77 without a device. */
+#include "amp_cuda.h"
+#include "host_ref.h"
+#include "math/act_math.h"
+#include "math/half_format.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+static int failures;
+#define CHECK(cond, ...)                                                                      \
+    do {                                                                                      \
+        int ok_ = (cond);                                                                     \
+        printf(ok_ ? "ok: " : "FAIL: ");                                                      \
+        printf(__VA_ARGS__);                                                                  \
+        printf("\n");                                                                         \
+        failures += !ok_;                                                                     \
+    } while (0)
+#define CUDA(call)                                                                            \
+    do {                                                                                      \
+        cudaError_t e_ = (call);                                                              \
+        if (e_ != cudaSuccess) {                                                              \
+            printf("FAIL: %s at %s:%d: %s\n", #call, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+#define LAUNCH(call)                                                                          \
+    do {                                                                                      \
+        char err_[256] = "";                                                                  \
+        if (call) {                                                                           \
+            printf("FAIL: %s: %s\n", #call, err_);                                            \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+#define ERR err_, sizeof err_
+
+static unsigned long long rng = 88172645463325252ull;
+static double uniform(void) /* [0, 1) */
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static float normal(void)
+{
+    const double u = uniform() + 1e-12, v = uniform();
+    return (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v));
+}
+
+static uint16_t to_half(int bf, float v)
+{
+    return bf ? amp_f32_to_bf16(v) : amp_f32_to_f16(v);
+}
+
+static float from_half(int bf, uint16_t h)
+{
+    return bf ? amp_bf16_to_f32(h) : amp_f16_to_f32(h);
+}
+
+template <typename T> struct dvec {
+    T *p = nullptr;
+    size_t n = 0;
+    explicit dvec(const std::vector<T> &h) : n(h.size())
+    {
+        CUDA(cudaMalloc((void **)&p, (n ? n : 1) * sizeof(T)));
+        if (n) CUDA(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    explicit dvec(size_t count) : n(count) { CUDA(cudaMalloc((void **)&p, (n ? n : 1) * sizeof(T))); }
+    std::vector<T> get() const
+    {
+        std::vector<T> h(n);
+        if (n) CUDA(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+        return h;
+    }
+    ~dvec() { cudaFree(p); }
+    dvec(const dvec &) = delete;
+    dvec &operator=(const dvec &) = delete;
+};
+
+/* ---- conversions ---- */
+
+/* float32 values that round to every class of half value */
+static float any_value(int i)
+{
+    switch (i % 11) {
+    case 0: return 0.f;
+    case 1: return -0.f;
+    case 2: return 1e-6f * normal();   /* float16 subnormal */
+    case 3: return 1e-9f * normal();   /* below float16: to zero */
+    case 4: return 70000.f * (1 + (float)uniform()); /* float16 overflow */
+    case 5: return i % 2 ? INFINITY : -INFINITY;
+    case 6: return NAN;
+    case 7: return 1e30f * normal(); /* bfloat16 only */
+    default: return normal() * 4;
+    }
+}
+
+static void conversions(void)
+{
+    const int batch = 3, c = 5, cs = 8, hw = 37 * 29; /* hw not a multiple of the tile */
+    const size_t n = (size_t)batch * c * hw, ns = (size_t)batch * cs * hw;
+    for (int bf = 0; bf < 2; ++bf) {
+        const amp_dtype dt = bf ? AMP_DTYPE_BFLOAT16 : AMP_DTYPE_FLOAT16;
+        const char *name = bf ? "bfloat16" : "float16";
+        std::vector<float> x(n);
+        for (size_t i = 0; i < n; ++i) x[i] = any_value((int)i);
+        /* to half, padded to cs channels: the CPU's of c channels, spread */
+        std::vector<uint16_t> ref(n);
+        host_to_half_nhwc(bf, x.data(), ref.data(), batch, c, hw);
+        dvec<float> dx(x);
+        std::vector<uint16_t> junk(ns, 0x1234);
+        dvec<uint16_t> dh(junk);
+        LAUNCH(amp_cuda_to_half_nhwc(dx.p, dh.p, batch, c, cs, hw, dt, 0, ERR));
+        std::vector<uint16_t> got = dh.get();
+        size_t bad = 0, pad_bad = 0;
+        for (size_t p = 0; p < (size_t)batch * hw; ++p)
+            for (int ch = 0; ch < cs; ++ch) {
+                const uint16_t g = got[p * cs + ch];
+                if (ch < c) bad += g != ref[p * c + ch];
+                else pad_bad += g != 0;
+            }
+        CHECK(bad == 0 && pad_bad == 0,
+              "%s: NCHW float32 into NHWC half, %d images of %d channels stored as %d by %d "
+              "positions: %zu of %zu values differ from round.c's, %zu padding values not zero",
+              name, batch, c, cs, hw, bad, n, pad_bad);
+        /* back to float32, every 16-bit pattern among the values */
+        std::vector<uint16_t> hs(ns);
+        for (size_t i = 0; i < ns; ++i) hs[i] = (uint16_t)(i * 40503u);
+        std::vector<uint16_t> packed(n); /* the first c channels, for the CPU's */
+        for (size_t p = 0; p < (size_t)batch * hw; ++p)
+            for (int ch = 0; ch < c; ++ch) packed[p * c + ch] = hs[p * cs + ch];
+        std::vector<float> fref(n);
+        host_from_half_nhwc(bf, packed.data(), fref.data(), batch, c, hw);
+        dvec<uint16_t> dhs(hs);
+        dvec<float> df(n);
+        LAUNCH(amp_cuda_from_half_nhwc(dhs.p, df.p, batch, c, cs, hw, dt, 0, ERR));
+        std::vector<float> fgot = df.get();
+        bad = (size_t)0;
+        for (size_t i = 0; i < n; ++i) bad += memcmp(&fgot[i], &fref[i], 4) != 0;
+        CHECK(bad == 0, "%s: NHWC half (%d stored channels) into NCHW float32: %zu of %zu values "
+                        "differ from round.c's, bit for bit", name, cs, bad, n);
+        /* added into half */
+        std::vector<float> add(n);
+        for (size_t i = 0; i < n; ++i) add[i] = i % 7 ? normal() : any_value((int)i);
+        host_add_half_nhwc(bf, packed.data(), add.data(), batch, c, hw);
+        dvec<float> dadd(add);
+        LAUNCH(amp_cuda_add_into_half_nhwc(dhs.p, dadd.p, batch, c, cs, hw, dt, 0, ERR));
+        got = dhs.get();
+        bad = 0, pad_bad = 0;
+        for (size_t p = 0; p < (size_t)batch * hw; ++p)
+            for (int ch = 0; ch < cs; ++ch) {
+                const uint16_t g = got[p * cs + ch];
+                /* a NaN sum's payload is the hardware's (the GPU's is canonical) */
+                const int both_nan = isnan(from_half(bf, g)) && isnan(from_half(bf, packed[p * c + ch]));
+                if (ch < c) bad += g != packed[p * c + ch] && !both_nan;
+                else pad_bad += g != hs[p * cs + ch];
+            }
+        CHECK(bad == 0 && pad_bad == 0,
+              "%s: NCHW float32 added into NHWC half: %zu of %zu values differ from round.c's, "
+              "%zu padding values changed", name, bad, n, pad_bad);
+    }
+}
+
+/* ---- the tail ---- */
+
+typedef struct tail_case {
+    int batch, c, hw, act, bn, train, bf16, cudnn, x_apart;
+} tail_case;
+
+/* Per-element comparison of half tensors: |got - ref| <= ulp(ref) + 2^-16 max|ref|. */
+typedef struct half_cmp {
+    size_t n, equal, beyond;
+    double worst; /* |diff| / bound */
+    size_t worst_at;
+} half_cmp;
+
+static double half_ulp(int bf, float v)
+{
+    const uint16_t h = to_half(bf, fabsf(v));
+    return fabs((double)from_half(bf, (uint16_t)(h + 1)) - from_half(bf, h));
+}
+
+static half_cmp compare_half(int bf, const std::vector<uint16_t> &got, const std::vector<uint16_t> &ref)
+{
+    half_cmp r = {got.size(), 0, 0, 0, 0};
+    double big = 0;
+    for (uint16_t h : ref) big = fmax(big, fabs((double)from_half(bf, h)));
+    for (size_t i = 0; i < got.size(); ++i) {
+        if (got[i] == ref[i]) {
+            ++r.equal;
+            continue;
+        }
+        const double g = from_half(bf, got[i]), f = from_half(bf, ref[i]);
+        const double bound = half_ulp(bf, (float)f) + big / 65536.0;
+        const double e = isnan(g) || isnan(f) ? INFINITY : fabs(g - f) / bound;
+        if (e > r.worst) r.worst = e, r.worst_at = i;
+        r.beyond += e > 1;
+    }
+    return r;
+}
+
+static double rel2(const std::vector<float> &got, const std::vector<float> &ref)
+{
+    double d = 0, s = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        d += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+        s += (double)ref[i] * ref[i];
+    }
+    return s > 0 ? sqrt(d / s) : sqrt(d);
+}
+
+static const char *act_name(int a)
+{
+    switch (a) {
+    case AMP_ACT_LINEAR: return "linear";
+    case AMP_ACT_LEAKY: return "leaky";
+    case AMP_ACT_RELU: return "relu";
+    case AMP_ACT_LOGISTIC: return "logistic";
+    case AMP_ACT_MISH: return "mish";
+    case AMP_ACT_SWISH: return "swish";
+    case AMP_ACT_HARD_MISH: return "hard_mish";
+    default: return "?";
+    }
+}
+
+/* One case: forward, then backward on the CPU's forward output; returns the
+ * number of checks beyond their bounds (the self-check's count). */
+static int tail_case_run(const tail_case *k, float bias_shift, int report)
+{
+    const int bf = k->bf16, c = k->c;
+    const size_t n = (size_t)k->batch * k->hw * c;
+    std::vector<uint16_t> x(n), y(n), dh(n);
+    std::vector<float> scales(c), biases(c), mean(c), variance(c), rmean(c), rvar(c), bupd(c),
+        supd(c), mdelta(c), vdelta(c);
+    for (int f = 0; f < c; ++f) {
+        scales[f] = 0.5f + (float)uniform();
+        biases[f] = 0.3f * normal();
+        rmean[f] = 0.2f * normal();
+        rvar[f] = 0.5f + (float)uniform();
+        bupd[f] = 0.01f * normal();
+        supd[f] = 0.01f * normal();
+    }
+    for (size_t i = 0; i < n; ++i) {
+        const int f = (int)(i % c);
+        x[i] = to_half(bf, (0.3f + normal()) * (1.f + f % 5) + 0.1f * f);
+        y[i] = to_half(bf, normal());
+    }
+    /* forward on the CPU */
+    host_tail h = {};
+    h.batch = k->batch, h.c = c, h.hw = k->hw, h.bf16 = bf, h.act = k->act;
+    h.batch_normalize = k->bn, h.cudnn = k->cudnn, h.train = k->train;
+    std::vector<uint16_t> yref = y;
+    std::vector<float> mref(c), vref(c), rmref = rmean, rvref = rvar;
+    const int with_x = k->bn || k->x_apart;
+    h.x = with_x ? x.data() : NULL; /* without: y is read, as the CPU's tail does */
+    if (!with_x) yref = x;
+    h.y = yref.data();
+    h.scales = scales.data(), h.biases = biases.data(), h.mean = mref.data(),
+    h.variance = vref.data(), h.rolling_mean = rmref.data(), h.rolling_variance = rvref.data();
+    host_tail_forward(&h);
+    /* on the device */
+    std::vector<float> bdev = biases;
+    bdev[c / 2] += bias_shift;
+    dvec<uint16_t> dx(x), dy(with_x ? y : x);
+    dvec<float> dsc(scales), dbi(bdev), dmean(c), dvar(c), drm(rmean), drv(rvar);
+    dvec<float> dwork(amp_cuda_tail_work_floats((long)k->batch * k->hw, c));
+    amp_cuda_tail t = {};
+    t.positions = (long)k->batch * k->hw, t.c = c, t.bf16 = bf, t.act = k->act;
+    t.batch_normalize = k->bn, t.cudnn = k->cudnn, t.train = k->train;
+    t.x = with_x ? dx.p : NULL, t.y = dy.p;
+    t.scales = dsc.p, t.biases = dbi.p, t.mean = dmean.p, t.variance = dvar.p;
+    t.rolling_mean = drm.p, t.rolling_variance = drv.p, t.work = dwork.p;
+    LAUNCH(amp_cuda_tail_forward(&t, 0, ERR));
+    int beyond = 0;
+    char what[160];
+    snprintf(what, sizeof what, "%s %s, %s, %d images of %d channels by %d positions%s",
+             bf ? "bfloat16" : "float16", act_name(k->act),
+             k->bn ? (k->train ? (k->cudnn ? "batch-norm (cuDNN's formula)" : "batch-norm")
+                               : "batch-norm, rolling statistics")
+                   : (k->x_apart ? "bias, the input apart" : "bias"),
+             k->batch, c, k->hw, bias_shift != 0 ? " [self-check: a bias moved]" : "");
+    const half_cmp fy = compare_half(bf, dy.get(), yref);
+    beyond += fy.beyond > 0;
+    double rs = 0;
+    if (k->bn && k->train) {
+        rs = fmax(fmax(rel2(dmean.get(), mref), rel2(dvar.get(), vref)),
+                  fmax(rel2(drm.get(), rmref), rel2(drv.get(), rvref)));
+        beyond += rs > 1e-5;
+    }
+    if (report)
+        CHECK(fy.beyond == 0 && rs <= 1e-5,
+              "tail forward, %s: %zu of %zu outputs equal, %zu beyond the bound (worst %.2f of "
+              "it at %zu); statistics' relative 2-norm %.1e (bound 1e-5)",
+              what, fy.equal, fy.n, fy.beyond, fy.worst, fy.worst_at, rs);
+    /* backward, from the CPU's forward (y, and the statistics it made) */
+    for (size_t i = 0; i < n; ++i) {
+        const double u = uniform();
+        dh[i] = to_half(bf, u < 0.05 ? 1e-9f * normal() : 0.05f * normal()); /* some flush */
+    }
+    std::vector<uint16_t> dhref = dh;
+    std::vector<float> bref = bupd, sref = supd, mdref(c), vdref(c);
+    h.dh = dhref.data(), h.bias_updates = bref.data(), h.scale_updates = sref.data();
+    h.mean_delta = mdref.data(), h.variance_delta = vdref.data();
+    h.nonzero = h.flushed = 0;
+    host_tail_backward(&h);
+    dvec<uint16_t> dy2(yref), ddh(dh);
+    dvec<float> dmean2(mref), dvar2(vref), dbu(bupd), dsu(supd), dmd(c), dvd(c);
+    std::vector<unsigned long long> zero(2, 0);
+    dvec<unsigned long long> dcount(zero);
+    t.y = dy2.p, t.dh = ddh.p, t.mean = dmean2.p, t.variance = dvar2.p;
+    t.bias_updates = dbu.p, t.scale_updates = dsu.p, t.mean_delta = dmd.p, t.variance_delta = dvd.p;
+    t.counts = dcount.p;
+    LAUNCH(amp_cuda_tail_backward(&t, 0, ERR));
+    const half_cmp fd = compare_half(bf, ddh.get(), dhref);
+    double rp = rel2(dbu.get(), bref);
+    if (k->bn)
+        rp = fmax(rp, fmax(rel2(dsu.get(), sref), fmax(rel2(dmd.get(), mdref), rel2(dvd.get(), vdref))));
+    const std::vector<unsigned long long> cnt = dcount.get();
+    const size_t differ = fd.n - fd.equal;
+    /* float16 without batch-norm: the 1e-9 gradients flush (bfloat16 holds
+     * them; batch-norm's data gradient adds terms that do not flush) */
+    const int want_flush = !bf && !k->bn;
+    const int counts_ok = cnt[0] + differ >= h.nonzero && cnt[0] <= h.nonzero + differ &&
+                          cnt[1] + differ >= h.flushed && cnt[1] <= h.flushed + differ;
+    beyond += fd.beyond > 0;
+    beyond += rp > 1e-5;
+    beyond += !counts_ok;
+    if (report)
+        CHECK(fd.beyond == 0 && rp <= 1e-5 && counts_ok && (!want_flush || h.flushed > 0),
+              "tail backward, %s: %zu of %zu gradients equal, %zu beyond the bound (worst %.2f "
+              "at %zu); parameter gradients' relative 2-norm %.1e (bound 1e-5); rounding "
+              "counted %llu non-zero, %llu flushed (CPU %llu, %llu)",
+              what, fd.equal, fd.n, fd.beyond, fd.worst, fd.worst_at, rp, cnt[0], cnt[1],
+              h.nonzero, h.flushed);
+    return beyond;
+}
+
+static void tails(void)
+{
+    const tail_case cases[] = {
+        {2, 24, 37, AMP_ACT_LEAKY, 1, 1, 0, 1, 0},
+        {2, 24, 37, AMP_ACT_LEAKY, 1, 1, 1, 0, 0},
+        {3, 64, 169, AMP_ACT_MISH, 1, 1, 1, 0, 0},
+        {3, 64, 169, AMP_ACT_MISH, 1, 1, 0, 1, 0},
+        {2, 33, 70, AMP_ACT_HARD_MISH, 1, 1, 1, 0, 0},
+        {2, 40, 50, AMP_ACT_SWISH, 1, 1, 0, 0, 0},
+        {1, 16, 64, AMP_ACT_LOGISTIC, 1, 0, 0, 0, 0},
+        {2, 16, 64, AMP_ACT_LINEAR, 1, 0, 1, 1, 0},
+        {2, 8, 300, AMP_ACT_LINEAR, 0, 1, 0, 0, 0},
+        {2, 16, 49, AMP_ACT_RELU, 0, 1, 1, 0, 0},
+        {2, 40, 50, AMP_ACT_SWISH, 0, 1, 0, 0, 1},
+        {2, 24, 45, AMP_ACT_MISH, 0, 1, 1, 0, 1},
+        {2, 12, 45, AMP_ACT_LEAKY, 0, 1, 0, 0, 0},
+        {4, 256, 676, AMP_ACT_LEAKY, 1, 1, 0, 1, 0}, /* yolov3-tiny's 26 x 26: many chunks */
+        {64, 32, 13 * 13, AMP_ACT_LEAKY, 1, 1, 1, 0, 0},
+    };
+    for (const tail_case &k : cases) tail_case_run(&k, 0.f, 1);
+    /* the comparison can fail */
+    const tail_case k = {2, 24, 37, AMP_ACT_LEAKY, 1, 1, 0, 1, 0};
+    const int seen = tail_case_run(&k, 1e-2f, 0);
+    CHECK(seen > 0, "self-check: one bias moved by 1e-2 on the device is seen (%d checks beyond "
+                    "their bounds)", seen);
+    char err_[256] = "";
+    amp_cuda_tail bad = {};
+    bad.positions = 1, bad.c = 1, bad.act = AMP_ACT_LEAKY + 1; /* elu: no half tail */
+    CHECK(amp_cuda_tail_forward(&bad, 0, ERR) == AMP_ERR_INVALID && strstr(err_, "activation"),
+          "an activation without a half tail refused: %s", err_);
+    CHECK(amp_cuda_tail_supports(AMP_ACT_MISH) && !amp_cuda_tail_supports(AMP_ACT_ELU),
+          "amp_cuda_tail_supports: mish yes, elu no");
+}
+
+int main(void)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        printf("SKIP: no usable CUDA device\n");
+        return 77;
+    }
+    conversions();
+    tails();
+    printf("%s: %d failed checks\n", failures ? "FAIL" : "PASS", failures);
+    return failures != 0;
+}

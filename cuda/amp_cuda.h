@@ -91,6 +91,9 @@ amp_status amp_cuda_add_rounded(const float *x, float *y, size_t n, amp_dtype dt
  * to_cnhw: x (nb images of k x hw) into y, k rows of nb * hw. */
 amp_status amp_cuda_im2col_half(const uint16_t *x, amp_im2col_dims d, uint16_t *col,
                                 cudaStream_t stream, char *err, size_t errlen);
+/* The same col from an NHWC input (the activation plan's). */
+amp_status amp_cuda_im2col_half_nhwc(const uint16_t *x, amp_im2col_dims d, uint16_t *col,
+                                     cudaStream_t stream, char *err, size_t errlen);
 amp_status amp_cuda_to_cnhw_half(const uint16_t *x, int nb, int k, size_t hw, uint16_t *y,
                                  cudaStream_t stream, char *err, size_t errlen);
 
@@ -194,6 +197,45 @@ amp_status amp_cuda_from_half_nhwc(const uint16_t *h, float *x, int batch, int c
 amp_status amp_cuda_add_into_half_nhwc(uint16_t *h, const float *x, int batch, int c,
                                        int c_stored, long hw, amp_dtype dtype,
                                        cudaStream_t stream, char *err, size_t errlen);
+
+/* movement.cu: the data-movement layers on NHWC half tensors, as the CPU
+ * plan's (movement.c, maxpool.c), bit for bit: values moved as patterns,
+ * gradients added onto half deltas in float32 in the CPU's order, rounded
+ * once. */
+typedef struct amp_cuda_pool {
+    int batch, h, w, c, out_h, out_w, size, stride, pad; /* darknet's maxpool layer */
+} amp_cuda_pool;
+/* out and idx (darknet's int indexes into the input, NHWC; -1: none) per
+ * output element: the first maximum of its window. */
+amp_status amp_cuda_maxpool_nhwc_forward(const amp_cuda_pool *p, const uint16_t *in, uint16_t *out,
+                                         int *idx, amp_dtype dtype, cudaStream_t stream, char *err,
+                                         size_t errlen);
+/* dst (the input's delta) += the gradients d of the windows whose maximum
+ * each element is. */
+amp_status amp_cuda_maxpool_nhwc_backward(const amp_cuda_pool *p, const uint16_t *d,
+                                          const int *idx, uint16_t *dst, amp_dtype dtype,
+                                          cudaStream_t stream, char *err, size_t errlen);
+amp_status amp_cuda_upsample_nhwc_forward(const uint16_t *in, uint16_t *out, int batch, int h,
+                                          int w, int c, int stride, cudaStream_t stream, char *err,
+                                          size_t errlen);
+amp_status amp_cuda_upsample_nhwc_backward(const uint16_t *d, uint16_t *dst, int batch, int h,
+                                           int w, int c, int stride, amp_dtype dtype,
+                                           cudaStream_t stream, char *err, size_t errlen);
+/* dst[p dst_stride + c] = src[p src_stride + c] for positions x cols (add:
+ * half(dst + src)): a route's channel slices, forward and backward. */
+amp_status amp_cuda_rows_nhwc(uint16_t *dst, long dst_stride, const uint16_t *src, long src_stride,
+                              long positions, int cols, int add, amp_dtype dtype,
+                              cudaStream_t stream, char *err, size_t errlen);
+/* out = half(act(a + b)); backward: d = delta act'(y), prev and other (each
+ * may be NULL) += d. act: one of amp_act_known's taken from the output. */
+int amp_cuda_shortcut_supports(int act);
+amp_status amp_cuda_shortcut_nhwc_forward(const uint16_t *a, const uint16_t *b, uint16_t *out,
+                                          long n, int act, amp_dtype dtype, cudaStream_t stream,
+                                          char *err, size_t errlen);
+amp_status amp_cuda_shortcut_nhwc_backward(const uint16_t *delta, const uint16_t *y,
+                                           uint16_t *prev, uint16_t *other, long n, int act,
+                                           amp_dtype dtype, cudaStream_t stream, char *err,
+                                           size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -3,13 +3,18 @@
  * float32 arithmetic between a half read and a half write, as the CPU's
  * tail_nhwc.c computes them. Both take their element and channel math from
  * plugin/math/tail_math.h and act_math.h, so that the host's tests cover
- * this file's arithmetic; gpu.kernels compares the two on the device.
+ * this file's arithmetic; gpu.plan_kernels compares the two on the device.
  *
- * Sums over a channel are made per chunk of positions, each chunk in order,
- * then the chunks' sums added in chunk order by one thread per channel: the
- * chunks depend on the tensor's shape only, so a step's statistics are the
- * same from run to run (no atomics on floats). A block is 32 channels by 8
- * chunks: a warp reads 32 neighbouring channels of one position.
+ * Sums over a channel are made per chunk of positions (at most 1024
+ * chunks), a block per chunk and tile of up to 32 channels, its rows of
+ * threads taking every rows-th position in order, the rows then added in
+ * order; the chunks' sums are added by rows of chunks, then the rows in
+ * order. The order depends on the tensor's shape only, so a step's
+ * statistics are the same from run to run (no atomics on floats). A warp
+ * reads 64 contiguous bytes: 32 channels of a position, or all the
+ * channels of neighbouring positions where there are fewer. The element
+ * passes take 8 values (16 bytes) per thread where the channels come in
+ * eights.
  *
  * The forward with batch-norm while training: sums -> mean -> sums of
  * squared deviations -> variance, rolling statistics -> normalise, scale,
@@ -24,16 +29,17 @@
 
 #include <stdio.h>
 
-#define TAIL_CH 32    /* channels of a block */
-#define TAIL_CHUNKS 8 /* chunks of a block */
-#define TAIL_MAX_CHUNKS 512
-#define TAIL_SUMS 4 /* the most sums a pass makes per channel */
+#define TAIL_THREADS 256
+#define TAIL_MAX_CHUNKS 1024
+#define TAIL_MIN_CHUNK 8 /* positions */
+#define TAIL_SUMS 4      /* the most sums a pass makes per channel */
+#define TAIL_VEC 8       /* values per thread in the element passes (16 bytes) */
 
 /* The chunks of a tensor: positions per chunk and their count. */
 static __host__ __device__ long tail_chunk(long positions)
 {
     const long c = (positions + TAIL_MAX_CHUNKS - 1) / TAIL_MAX_CHUNKS;
-    return c > 0 ? c : 1;
+    return c > TAIL_MIN_CHUNK ? c : TAIL_MIN_CHUNK;
 }
 
 static __host__ __device__ int tail_nchunks(long positions)
@@ -58,6 +64,11 @@ static __device__ __forceinline__ uint16_t rn(float v, int bf16)
     return bf16 ? amp_f32_to_bf16(v) : amp_f32_to_f16(v);
 }
 
+static __device__ __forceinline__ float cvt(uint16_t h, int bf16)
+{
+    return bf16 ? amp_bf16_to_f32(h) : amp_f16_to_f32(h);
+}
+
 /* What the element passes and the sums read. */
 typedef struct tail_args {
     long positions;
@@ -68,70 +79,116 @@ typedef struct tail_args {
 
 enum { SUM_X, SUM_SQDEV, SUM_BWD, SUM_BWD_BIAS };
 
-static __device__ __forceinline__ void bwd_values(const tail_args &a, long i, int ch, float *xm,
-                                                  float *xn, float *d)
+/* The backward's values of one element: xm = x - mean, x_norm, and d = dh
+ * act'(y, the value before act). */
+static __device__ __forceinline__ void bwd_values(const tail_args &a, float x, float y, float dh,
+                                                  int ch, float *xm, float *xn, float *d)
 {
-    *xm = ld(a.x, i, a.bf16) - a.mean[ch];
+    *xm = x - a.mean[ch];
     *xn = *xm / a.den[ch];
     const float pre = amp_bn_pre(*xm, a.den[ch], a.scale[ch], a.bias[ch]);
-    *d = ld(a.dh, i, a.bf16) * amp_act_grad(ld(a.y, i, a.bf16), pre, a.act);
+    *d = dh * amp_act_grad(y, pre, a.act);
 }
 
-/* Each thread: one channel's sums over one chunk, in position order, into
- * part[(q * TAIL_SUMS + s) * c + ch]. */
-static __global__ void sums_kernel(tail_args a, int which, float *part)
+/* Without batch-norm: d = dh act'(y, x + bias). */
+static __device__ __forceinline__ float bias_d(const tail_args &a, float x, float y, float dh, int ch)
 {
-    const int ch = blockIdx.y * TAIL_CH + threadIdx.x;
-    const int q = blockIdx.x * TAIL_CHUNKS + threadIdx.y;
-    const long chunk = tail_chunk(a.positions);
-    const long p0 = (long)q * chunk;
-    if (ch >= a.c || p0 >= a.positions) return;
+    const float pre = amp_act_needs_input(a.act) ? x + a.bias[ch] : 0.f;
+    return dh * amp_act_grad(y, pre, a.act);
+}
+
+/* The channel sums of one chunk of positions (blockIdx.x) for a tile of ct
+ * channels (blockIdx.y): the block's threads are ct channels by rows =
+ * TAIL_THREADS / ct rows, a row taking every rows-th position of the chunk
+ * in order; then the rows' sums added in row order. One value per chunk,
+ * sum and channel into part[(q * TAIL_SUMS + s) * c + ch]: the same order
+ * every run. */
+static __global__ void __launch_bounds__(TAIL_THREADS) sums_kernel(tail_args a, int which, float *part)
+{
+    __shared__ float sm[TAIL_SUMS][TAIL_THREADS];
+    const int ct = a.c < 32 ? a.c : 32, rows = TAIL_THREADS / ct;
+    const int t = threadIdx.x, lane = t % ct, row = t / ct;
+    const int ch = blockIdx.y * ct + lane, q = blockIdx.x;
+    const long chunk = tail_chunk(a.positions), p0 = (long)q * chunk;
     const long p1 = p0 + chunk < a.positions ? p0 + chunk : a.positions;
+    const int nsums = which == SUM_BWD ? 4 : 1;
     float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-    for (long p = p0; p < p1; ++p) {
-        const long i = p * a.c + ch;
-        if (which == SUM_X) {
-            s0 += ld(a.x, i, a.bf16);
-        } else if (which == SUM_SQDEV) {
-            const float dv = ld(a.x, i, a.bf16) - a.mean[ch];
-            s0 += dv * dv;
-        } else { /* SUM_BWD */
-            float xm, xn, d;
-            bwd_values(a, i, ch, &xm, &xn, &d);
-            const float dd = d * a.scale[ch];
-            s0 += d;
-            s1 += d * xn;
-            s2 += dd;
-            s3 += dd * xm;
+    if (row < rows && ch < a.c)
+        for (long p = p0 + row; p < p1; p += rows) {
+            const long i = p * a.c + ch;
+            if (which == SUM_X) {
+                s0 += ld(a.x, i, a.bf16);
+            } else if (which == SUM_SQDEV) {
+                const float dv = ld(a.x, i, a.bf16) - a.mean[ch];
+                s0 += dv * dv;
+            } else if (which == SUM_BWD) {
+                float xm, xn, d;
+                bwd_values(a, ld(a.x, i, a.bf16), ld(a.y, i, a.bf16), ld(a.dh, i, a.bf16), ch, &xm,
+                           &xn, &d);
+                const float dd = d * a.scale[ch];
+                s0 += d;
+                s1 += d * xn;
+                s2 += dd;
+                s3 += dd * xm;
+            } else { /* SUM_BWD_BIAS */
+                s0 += bias_d(a, ld(a.x, i, a.bf16), ld(a.y, i, a.bf16), ld(a.dh, i, a.bf16), ch);
+            }
         }
+    sm[0][t] = s0, sm[1][t] = s1, sm[2][t] = s2, sm[3][t] = s3;
+    __syncthreads();
+    if (row != 0 || ch >= a.c) return;
+    for (int k = 0; k < nsums; ++k) {
+        float tot = 0.f;
+        for (int r = 0; r < rows; ++r) tot += sm[k][r * ct + lane];
+        part[((size_t)q * TAIL_SUMS + k) * a.c + ch] = tot;
     }
-    float *out = part + (size_t)q * TAIL_SUMS * a.c + ch;
-    out[0] = s0;
-    if (which == SUM_BWD) out[a.c] = s1, out[2 * a.c] = s2, out[3 * a.c] = s3;
 }
 
-/* The chunks' sums s of channel ch, added in chunk order. */
-static __device__ float chunk_total(const float *part, int nchunks, int c, int s, int ch)
-{
-    float t = 0.f;
-    for (int q = 0; q < nchunks; ++q) t += part[((size_t)q * TAIL_SUMS + s) * c + ch];
-    return t;
-}
+/* What the chunks' totals make, per channel. */
+enum { FIN_MEAN, FIN_VARIANCE, FIN_TERMS, FIN_BIAS };
 
-static __global__ void mean_kernel(const float *part, int nchunks, int c, long count, float *mean)
-{
-    const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch < c) mean[ch] = amp_bn_mean(chunk_total(part, nchunks, c, 0, ch), count);
-}
+typedef struct fin_args {
+    int c, nchunks, nsums, mode, cudnn;
+    long count;
+    float *mean, *variance, *rolling_mean, *rolling_variance, *den;
+    float *bias_updates, *scale_updates, *mean_delta, *variance_delta, *inv, *kv, *km;
+    const float *fwd_variance; /* FIN_TERMS: the forward's variance */
+} fin_args;
 
-static __global__ void variance_kernel(const float *part, int nchunks, int c, long count,
-                                       int cudnn, const float *mean, float *variance,
-                                       float *rolling_mean, float *rolling_variance)
+/* The chunks' sums of 32 channels (blockIdx.x), 8 rows of threads each
+ * adding every 8th chunk in order, then the rows in order; then the
+ * channel's values from the totals (tail_math.h). */
+static __global__ void __launch_bounds__(256) fin_kernel(const float *part, fin_args f)
 {
-    const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch < c)
-        amp_bn_variance(chunk_total(part, nchunks, c, 0, ch), count, cudnn, mean[ch],
-                        &variance[ch], &rolling_mean[ch], &rolling_variance[ch]);
+    __shared__ float sm[TAIL_SUMS][8][32];
+    const int lane = threadIdx.x, row = threadIdx.y, ch = blockIdx.x * 32 + lane;
+    for (int k = 0; k < f.nsums; ++k) {
+        float s = 0.f;
+        if (ch < f.c)
+            for (int q = row; q < f.nchunks; q += 8) s += part[((size_t)q * TAIL_SUMS + k) * f.c + ch];
+        sm[k][row][lane] = s;
+    }
+    __syncthreads();
+    if (row != 0 || ch >= f.c) return;
+    float tot[TAIL_SUMS] = {0.f, 0.f, 0.f, 0.f};
+    for (int k = 0; k < f.nsums; ++k)
+        for (int r = 0; r < 8; ++r) tot[k] += sm[k][r][lane];
+    if (f.mode == FIN_MEAN) {
+        f.mean[ch] = amp_bn_mean(tot[0], f.count);
+    } else if (f.mode == FIN_VARIANCE) {
+        amp_bn_variance(tot[0], f.count, f.cudnn, f.mean[ch], &f.variance[ch], &f.rolling_mean[ch],
+                        &f.rolling_variance[ch]);
+        f.den[ch] = amp_bn_den(f.variance[ch], f.cudnn);
+    } else if (f.mode == FIN_TERMS) {
+        const amp_bn_terms t = amp_bn_backward_terms(tot[2], tot[3], f.fwd_variance[ch], (float)f.count);
+        f.bias_updates[ch] += tot[0];
+        f.scale_updates[ch] += tot[1];
+        f.mean_delta[ch] = t.mean_delta;
+        f.variance_delta[ch] = t.variance_delta;
+        f.inv[ch] = t.inv, f.kv[ch] = t.kv, f.km[ch] = t.km;
+    } else { /* FIN_BIAS */
+        f.bias_updates[ch] += tot[0];
+    }
 }
 
 static __global__ void den_kernel(const float *variance, int c, int cudnn, float *den)
@@ -140,108 +197,106 @@ static __global__ void den_kernel(const float *variance, int c, int cudnn, float
     if (ch < c) den[ch] = amp_bn_den(variance[ch], cudnn);
 }
 
-/* The backward's parameter gradients (added) and the data gradient's terms. */
-static __global__ void terms_kernel(const float *part, int nchunks, int c, float count,
-                                    const float *variance, float *bias_updates,
-                                    float *scale_updates, float *mean_delta,
-                                    float *variance_delta, float *inv, float *kv, float *km)
+/* V values from index i (V = TAIL_VEC: one 16-byte load, i a multiple of 8
+ * and c too, so that they are channels ch .. ch + 7 of one position). */
+template <int V> static __device__ __forceinline__ void load_v(const uint16_t *p, long i, uint16_t *h)
 {
-    const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch >= c) return;
-    const amp_bn_terms t = amp_bn_backward_terms(chunk_total(part, nchunks, c, 2, ch),
-                                                 chunk_total(part, nchunks, c, 3, ch),
-                                                 variance[ch], count);
-    bias_updates[ch] += chunk_total(part, nchunks, c, 0, ch);
-    scale_updates[ch] += chunk_total(part, nchunks, c, 1, ch);
-    mean_delta[ch] = t.mean_delta;
-    variance_delta[ch] = t.variance_delta;
-    inv[ch] = t.inv, kv[ch] = t.kv, km[ch] = t.km;
+    if (V == TAIL_VEC) {
+        const uint4 u = *reinterpret_cast<const uint4 *>(p + i);
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+        for (int k = 0; k < 4; ++k) h[2 * k] = (uint16_t)(w[k] & 0xffffu), h[2 * k + 1] = (uint16_t)(w[k] >> 16);
+    } else {
+        h[0] = p[i];
+    }
+}
+
+template <int V> static __device__ __forceinline__ void store_v(uint16_t *p, long i, const uint16_t *h)
+{
+    if (V == TAIL_VEC) {
+        uint4 u;
+        u.x = h[0] | (uint32_t)h[1] << 16, u.y = h[2] | (uint32_t)h[3] << 16;
+        u.z = h[4] | (uint32_t)h[5] << 16, u.w = h[6] | (uint32_t)h[7] << 16;
+        *reinterpret_cast<uint4 *>(p + i) = u;
+    } else {
+        p[i] = h[0];
+    }
 }
 
 /* y = act((x - mean) / den scale + bias), or without batch-norm (mean NULL)
- * y = act(x + bias); x may be y. */
-static __global__ void norm_kernel(tail_args a, uint16_t *y)
+ * y = act(x + bias); x may be y. V values per thread. */
+template <int V> static __global__ void norm_kernel(tail_args a, uint16_t *y)
 {
-    const long n = a.positions * a.c;
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
-         i += (long)gridDim.x * blockDim.x) {
-        const int ch = (int)(i % a.c);
-        const float v = ld(a.x, i, a.bf16);
-        const float pre = a.mean ? amp_bn_pre(v - a.mean[ch], a.den[ch], a.scale[ch], a.bias[ch])
-                                 : v + a.bias[ch];
-        y[i] = rn(amp_act(pre, a.act), a.bf16);
+    const long n = a.positions * a.c / V;
+    for (long v = blockIdx.x * (long)blockDim.x + threadIdx.x; v < n;
+         v += (long)gridDim.x * blockDim.x) {
+        const long i = v * V;
+        const int ch0 = (int)(i % a.c);
+        uint16_t hx[V], hy[V];
+        load_v<V>(a.x, i, hx);
+        for (int k = 0; k < V; ++k) {
+            const int ch = ch0 + k;
+            const float x = cvt(hx[k], a.bf16);
+            const float pre = a.mean ? amp_bn_pre(x - a.mean[ch], a.den[ch], a.scale[ch], a.bias[ch])
+                                     : x + a.bias[ch];
+            hy[k] = rn(amp_act(pre, a.act), a.bf16);
+        }
+        store_v<V>(y, i, hy);
     }
 }
 
 /* Of a warp's values rounded into half: those not zero (NaN included) and,
  * of them, those that rounded to zero, added into counts[0] and counts[1]. */
-static __device__ __forceinline__ void count_flush(float v, uint16_t h, int active,
+static __device__ __forceinline__ void count_flush(unsigned nz, unsigned fl,
                                                    unsigned long long *counts)
 {
-    const unsigned nz = active && (amp_f32_bits(v) & 0x7fffffffu) != 0;
-    const unsigned fl = nz && (h & 0x7fffu) == 0;
-    const unsigned nzb = __ballot_sync(0xffffffffu, nz), flb = __ballot_sync(0xffffffffu, fl);
-    if ((threadIdx.x & 31) == 0 && nzb) {
-        atomicAdd(&counts[0], (unsigned long long)__popc(nzb));
-        if (flb) atomicAdd(&counts[1], (unsigned long long)__popc(flb));
+    for (int o = 16; o > 0; o >>= 1) {
+        nz += __shfl_down_sync(0xffffffffu, nz, o);
+        fl += __shfl_down_sync(0xffffffffu, fl, o);
+    }
+    if ((threadIdx.x & 31) == 0 && nz) {
+        atomicAdd(&counts[0], (unsigned long long)nz);
+        if (fl) atomicAdd(&counts[1], (unsigned long long)fl);
     }
 }
 
 /* With batch-norm: dh = half(d scale inv + kv xm + km). Without (mean NULL):
- * dh = half(dh act'), and the bias gradient's chunk sums are made apart
- * (bias_sums_kernel) from the same float values. */
-static __global__ void dx_kernel(tail_args a, uint16_t *dh, unsigned long long *counts)
+ * dh = half(dh act'). V values per thread; every thread of a warp runs the
+ * same rounds (the shuffles of the flush count). */
+template <int V> static __global__ void dx_kernel(tail_args a, uint16_t *dh, unsigned long long *counts)
 {
-    const long n = a.positions * a.c;
+    const long n = a.positions * a.c / V;
     const long stride = (long)gridDim.x * blockDim.x;
-    /* every thread of a warp runs the same number of rounds (the ballots) */
     const long rounds = (n + stride - 1) / stride;
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    for (long r = 0; r < rounds; ++r, i += stride) {
-        const int active = i < n;
-        float v = 0.f;
-        uint16_t h = 0;
-        if (active) {
-            const int ch = (int)(i % a.c);
-            if (a.mean) {
-                float xm, xn, d;
-                bwd_values(a, i, ch, &xm, &xn, &d);
-                v = amp_bn_dx(d * a.scale[ch], a.inv[ch], a.kv[ch], xm, a.km[ch]);
-            } else {
-                const float pre =
-                    amp_act_needs_input(a.act) ? ld(a.x, i, a.bf16) + a.bias[ch] : 0.f;
-                v = ld(a.dh, i, a.bf16) * amp_act_grad(ld(a.y, i, a.bf16), pre, a.act);
+    long v = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    for (long r = 0; r < rounds; ++r, v += stride) {
+        unsigned nz = 0, fl = 0;
+        if (v < n) {
+            const long i = v * V;
+            const int ch0 = (int)(i % a.c);
+            uint16_t hx[V], hy[V], hd[V];
+            load_v<V>(a.x, i, hx);
+            load_v<V>(a.y, i, hy);
+            load_v<V>(a.dh, i, hd);
+            for (int k = 0; k < V; ++k) {
+                const int ch = ch0 + k;
+                const float x = cvt(hx[k], a.bf16), y = cvt(hy[k], a.bf16), g = cvt(hd[k], a.bf16);
+                float val;
+                if (a.mean) {
+                    float xm, xn, d;
+                    bwd_values(a, x, y, g, ch, &xm, &xn, &d);
+                    val = amp_bn_dx(d * a.scale[ch], a.inv[ch], a.kv[ch], xm, a.km[ch]);
+                } else {
+                    val = bias_d(a, x, y, g, ch);
+                }
+                hd[k] = rn(val, a.bf16);
+                const unsigned z = (amp_f32_bits(val) & 0x7fffffffu) != 0;
+                nz += z;
+                fl += z && (hd[k] & 0x7fffu) == 0;
             }
-            h = rn(v, a.bf16);
-            dh[i] = h;
+            store_v<V>(dh, i, hd);
         }
-        if (counts) count_flush(v, h, active, counts);
+        if (counts) count_flush(nz, fl, counts);
     }
-}
-
-/* Without batch-norm: each chunk's sum of d = dh act' (before dh is
- * overwritten), one channel by one thread, in position order. */
-static __global__ void bias_sums_kernel(tail_args a, float *part)
-{
-    const int ch = blockIdx.y * TAIL_CH + threadIdx.x;
-    const int q = blockIdx.x * TAIL_CHUNKS + threadIdx.y;
-    const long chunk = tail_chunk(a.positions);
-    const long p0 = (long)q * chunk;
-    if (ch >= a.c || p0 >= a.positions) return;
-    const long p1 = p0 + chunk < a.positions ? p0 + chunk : a.positions;
-    float s = 0.f;
-    for (long p = p0; p < p1; ++p) {
-        const long i = p * a.c + ch;
-        const float pre = amp_act_needs_input(a.act) ? ld(a.x, i, a.bf16) + a.bias[ch] : 0.f;
-        s += ld(a.dh, i, a.bf16) * amp_act_grad(ld(a.y, i, a.bf16), pre, a.act);
-    }
-    part[(size_t)q * TAIL_SUMS * a.c + ch] = s;
-}
-
-static __global__ void add_total_kernel(const float *part, int nchunks, int c, float *into)
-{
-    const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch < c) into[ch] += chunk_total(part, nchunks, c, 0, ch);
 }
 
 static unsigned int blocks_for(long n, int threads)
@@ -252,8 +307,32 @@ static unsigned int blocks_for(long n, int threads)
 
 static dim3 sums_grid(long positions, int c)
 {
-    return dim3((unsigned)((tail_nchunks(positions) + TAIL_CHUNKS - 1) / TAIL_CHUNKS),
-                (unsigned)((c + TAIL_CH - 1) / TAIL_CH));
+    const int ct = c < 32 ? c : 32;
+    return dim3((unsigned)tail_nchunks(positions), (unsigned)((c + ct - 1) / ct));
+}
+
+/* The element passes 8 values at a time where every 8 share a position:
+ * c a multiple of 8 (the tensors start 16-byte aligned: cudaMalloc and the
+ * plan's offsets). */
+static int vec_ok(const amp_cuda_tail *t)
+{
+    const uintptr_t al = (uintptr_t)t->y | (uintptr_t)t->dh | (uintptr_t)t->x;
+    return t->c % TAIL_VEC == 0 && (al & 15) == 0;
+}
+
+static void launch_norm(const tail_args &a, uint16_t *y, int vec, cudaStream_t stream)
+{
+    const long n = a.positions * a.c;
+    if (vec) norm_kernel<TAIL_VEC><<<blocks_for(n / TAIL_VEC, 256), 256, 0, stream>>>(a, y);
+    else norm_kernel<1><<<blocks_for(n, 256), 256, 0, stream>>>(a, y);
+}
+
+static void launch_dx(const tail_args &a, uint16_t *dh, unsigned long long *counts, int vec,
+                      cudaStream_t stream)
+{
+    const long n = a.positions * a.c;
+    if (vec) dx_kernel<TAIL_VEC><<<blocks_for(n / TAIL_VEC, 256), 256, 0, stream>>>(a, dh, counts);
+    else dx_kernel<1><<<blocks_for(n, 256), 256, 0, stream>>>(a, dh, counts);
 }
 
 static tail_args args_of(const amp_cuda_tail *t)
@@ -291,35 +370,38 @@ extern "C" amp_status amp_cuda_tail_forward(const amp_cuda_tail *t, cudaStream_t
         return AMP_ERR_INVALID;
     }
     tail_args a = args_of(t);
-    const long n = t->positions * t->c;
-    const int ct = (t->c + 255) / 256;
+    const int vec = vec_ok(t);
     if (!t->batch_normalize) {
-        norm_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(a, t->y);
+        launch_norm(a, t->y, vec, stream);
         LAUNCHED();
         return AMP_OK;
     }
-    const int nchunks = tail_nchunks(t->positions);
+    const int nchunks = tail_nchunks(t->positions), cb = (t->c + 31) / 32;
     float *part = t->work, *den = t->work + (size_t)nchunks * TAIL_SUMS * t->c;
-    const dim3 block(TAIL_CH, TAIL_CHUNKS), grid = sums_grid(t->positions, t->c);
+    const dim3 grid = sums_grid(t->positions, t->c), fin_block(32, 8);
     if (t->train) {
-        sums_kernel<<<grid, block, 0, stream>>>(a, SUM_X, part);
+        fin_args f = {};
+        f.c = t->c, f.nchunks = nchunks, f.nsums = 1, f.cudnn = t->cudnn, f.count = t->positions;
+        f.mean = t->mean, f.variance = t->variance, f.rolling_mean = t->rolling_mean;
+        f.rolling_variance = t->rolling_variance, f.den = den;
+        sums_kernel<<<grid, TAIL_THREADS, 0, stream>>>(a, SUM_X, part);
         LAUNCHED();
-        mean_kernel<<<ct, 256, 0, stream>>>(part, nchunks, t->c, t->positions, t->mean);
+        f.mode = FIN_MEAN;
+        fin_kernel<<<cb, fin_block, 0, stream>>>(part, f);
         LAUNCHED();
         a.mean = t->mean;
-        sums_kernel<<<grid, block, 0, stream>>>(a, SUM_SQDEV, part);
+        sums_kernel<<<grid, TAIL_THREADS, 0, stream>>>(a, SUM_SQDEV, part);
         LAUNCHED();
-        variance_kernel<<<ct, 256, 0, stream>>>(part, nchunks, t->c, t->positions, t->cudnn,
-                                                t->mean, t->variance, t->rolling_mean,
-                                                t->rolling_variance);
+        f.mode = FIN_VARIANCE; /* and the denominator */
+        fin_kernel<<<cb, fin_block, 0, stream>>>(part, f);
+        LAUNCHED();
+    } else {
+        den_kernel<<<(t->c + 255) / 256, 256, 0, stream>>>(t->rolling_variance, t->c, t->cudnn, den);
         LAUNCHED();
     }
     a.mean = t->train ? t->mean : t->rolling_mean;
-    den_kernel<<<ct, 256, 0, stream>>>(t->train ? t->variance : t->rolling_variance, t->c,
-                                       t->cudnn, den);
-    LAUNCHED();
     a.den = den;
-    norm_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(a, t->y);
+    launch_norm(a, t->y, vec, stream);
     LAUNCHED();
     return AMP_OK;
 }
@@ -333,37 +415,38 @@ extern "C" amp_status amp_cuda_tail_backward(const amp_cuda_tail *t, cudaStream_
         return AMP_ERR_INVALID;
     }
     tail_args a = args_of(t);
-    const long n = t->positions * t->c;
-    const int ct = (t->c + 255) / 256;
-    const int nchunks = tail_nchunks(t->positions);
+    const int vec = vec_ok(t);
+    const int nchunks = tail_nchunks(t->positions), cb = (t->c + 31) / 32;
     float *part = t->work, *per = t->work + (size_t)nchunks * TAIL_SUMS * t->c;
     float *den = per, *inv = per + t->c, *kv = per + 2 * t->c, *km = per + 3 * t->c;
-    const dim3 block(TAIL_CH, TAIL_CHUNKS), grid = sums_grid(t->positions, t->c);
-    /* the kernel writes dh in place while others read it: one pass reads it,
-     * the sums before */
-    const int blocks = (int)blocks_for(n, 256);
+    const dim3 grid = sums_grid(t->positions, t->c), fin_block(32, 8);
+    fin_args f = {};
+    f.c = t->c, f.nchunks = nchunks, f.count = t->positions, f.bias_updates = t->bias_updates;
+    /* the sums read dh before the data gradient's pass writes it */
     if (!t->batch_normalize) {
-        bias_sums_kernel<<<grid, block, 0, stream>>>(a, part);
+        sums_kernel<<<grid, TAIL_THREADS, 0, stream>>>(a, SUM_BWD_BIAS, part);
         LAUNCHED();
-        add_total_kernel<<<ct, 256, 0, stream>>>(part, nchunks, t->c, t->bias_updates);
+        f.nsums = 1, f.mode = FIN_BIAS;
+        fin_kernel<<<cb, fin_block, 0, stream>>>(part, f);
         LAUNCHED();
-        dx_kernel<<<blocks, 256, 0, stream>>>(a, t->dh, t->counts);
+        launch_dx(a, t->dh, t->counts, vec, stream);
         LAUNCHED();
         return AMP_OK;
     }
     const float *variance = t->train ? t->variance : t->rolling_variance;
-    den_kernel<<<ct, 256, 0, stream>>>(variance, t->c, t->cudnn, den);
+    den_kernel<<<(t->c + 255) / 256, 256, 0, stream>>>(variance, t->c, t->cudnn, den);
     LAUNCHED();
     a.mean = t->train ? t->mean : t->rolling_mean;
     a.den = den;
-    sums_kernel<<<grid, block, 0, stream>>>(a, SUM_BWD, part);
+    sums_kernel<<<grid, TAIL_THREADS, 0, stream>>>(a, SUM_BWD, part);
     LAUNCHED();
-    terms_kernel<<<ct, 256, 0, stream>>>(part, nchunks, t->c, (float)t->positions, variance,
-                                         t->bias_updates, t->scale_updates, t->mean_delta,
-                                         t->variance_delta, inv, kv, km);
+    f.nsums = 4, f.mode = FIN_TERMS, f.fwd_variance = variance;
+    f.scale_updates = t->scale_updates, f.mean_delta = t->mean_delta;
+    f.variance_delta = t->variance_delta, f.inv = inv, f.kv = kv, f.km = km;
+    fin_kernel<<<cb, fin_block, 0, stream>>>(part, f);
     LAUNCHED();
     a.inv = inv, a.kv = kv, a.km = km;
-    dx_kernel<<<blocks, 256, 0, stream>>>(a, t->dh, t->counts);
+    launch_dx(a, t->dh, t->counts, vec, stream);
     LAUNCHED();
     return AMP_OK;
 }

@@ -8,12 +8,17 @@
  *
  * darknet's im2col order (channel, then window row, then column): the rows
  * of one group's channels are contiguous, and the weight gradient comes out
- * in darknet's [filter][channel][ky][kx].
+ * in darknet's [filter][channel][ky][kx]. The activation plan's input is
+ * NHWC (x[b][iy][ix][ci]): the same col from it (amp_im2col_src2_nhwc), so
+ * that the weight gradient keeps darknet's layout; its dy, NHWC too, is
+ * dyc's transpose as it stands (dy[b * hw + p][k]), which a GEMM reads
+ * transposed.
  */
 #ifndef AMP_WGRAD_INDEX_H
 #define AMP_WGRAD_INDEX_H
 
 #include "math/hd.h"
+#include "math/nhwc.h"
 
 #include <stddef.h>
 
@@ -39,6 +44,19 @@ static AMP_HD inline long long amp_im2col_src2(amp_im2col_dims d, int row, int q
     const int iy = oy * d.stride - d.pad + ky, ix = ox * d.stride - d.pad + kx;
     if (iy < 0 || iy >= d.h || ix < 0 || ix >= d.w) return -1;
     return (((long long)b * d.c + ci) * d.h + iy) * d.w + ix;
+}
+
+/* The same from an NHWC input: the element of x[b][iy][ix][ci] that
+ * col[row][q] holds, or -1 for padding. */
+static AMP_HD inline long long amp_im2col_src2_nhwc(amp_im2col_dims d, int row, int q)
+{
+    const int ohw = d.out_h * d.out_w, kk = d.size * d.size;
+    const int b = q / ohw, p = q - b * ohw;
+    const int ci = row / kk, kr = row - ci * kk, ky = kr / d.size, kx = kr - ky * d.size;
+    const int oy = p / d.out_w, ox = p - oy * d.out_w;
+    const int iy = oy * d.stride - d.pad + ky, ix = ox * d.stride - d.pad + kx;
+    if (iy < 0 || iy >= d.h || ix < 0 || ix >= d.w) return -1;
+    return amp_nhwc_at(b, ci, (long)iy * d.w + ix, d.c, (long)d.h * d.w);
 }
 
 /* The same for col's element i (row-major: rows of nb * out_h * out_w). */

@@ -12,6 +12,9 @@
  *   the batch cut into chunks (amp_wgrad_chunk), one mapped GEMM per chunk
  *   and group accumulated with beta 1, against a direct sum over images,
  *   positions and window (exact: small integers);
+ *   and the same from the activation plan's NHWC input and gradient (col
+ *   gathered from NHWC, dy read transposed in place);
+ * - the NHWC index functions (math/nhwc.h) against darknet's NCHW order;
  * - the chunk sizes: within the byte limit, K within an int, at least 1.
  */
 #include "check.h"
@@ -131,8 +134,41 @@ static int wgrad_case(int batch, int c, int h, int w, int n, int size, int strid
           "weight gradient of a %dx%d conv, %d->%d channels, stride %d, pad %d, %d groups, batch "
           "%d in chunks of %d: %d of %zu elements differ from the direct sum",
           size, size, c, n, stride, pad, groups, batch, chunk, diff, nw);
+    /* The activation plan's NHWC tensors (math/nhwc.h): col from the NHWC
+     * input (amp_im2col_src2_nhwc), dy read in place, transposed (the
+     * group's filters are columns j ng .. of dy[b * ohw + p][n]). */
+    float *xh = malloc(sizeof(float) * nx), *dyh = malloc(sizeof(float) * ny);
+    for (int b = 0; b < batch; ++b)
+        for (int ci = 0; ci < c; ++ci)
+            for (long p = 0; p < (long)h * w; ++p)
+                xh[amp_nhwc_at(b, ci, p, c, (long)h * w)] = x[amp_nchw_at(b, ci, p, c, (long)h * w)];
+    for (size_t i = 0; i < ny; ++i) dyh[amp_nhwc_of_nchw((long)i, n, (long)ohw)] = dy[i];
+    memset(got, 0, nw * sizeof(float));
+    for (int b0 = 0; b0 < batch; b0 += chunk) {
+        const int nb = batch - b0 < chunk ? batch - b0 : chunk, k = nb * (int)ohw;
+        const amp_im2col_dims d = {nb, c, h, w, size, stride, pad, oh, ow};
+        const size_t ccols = (size_t)nb * ohw;
+        for (size_t i = 0; i < amp_im2col_elems(d); ++i) {
+            const long long src = amp_im2col_src2_nhwc(d, (int)(i / ccols), (int)(i % ccols));
+            col[i] = src < 0 ? 0 : xh[(size_t)b0 * c * h * w + (size_t)src];
+        }
+        for (int j = 0; j < groups; ++j) {
+            /* gemm(1, 1, ng, cols, k, dy_j, n, col_j, k, 1, dW_j, cols) */
+            amp_gemm_call g = amp_gemm_colmajor(1, 1, ng, cols, k, n, k, cols);
+            gemm_colmajor(g.trans_first, g.trans_second, g.m, g.n, g.k,
+                          col + (size_t)j * cols * k, g.ld_first,
+                          dyh + (size_t)b0 * n * ohw + (size_t)j * ng, g.ld_second, part, g.ldc);
+            for (size_t e = 0; e < (size_t)ng * cols; ++e) got[(size_t)j * ng * cols + e] += part[e];
+        }
+    }
+    int diff2 = 0;
+    for (size_t i = 0; i < nw; ++i) diff2 += ref[i] != got[i];
+    CHECK(diff2 == 0,
+          "the same from NHWC input and gradient (the activation plan's): %d of %zu elements "
+          "differ from the direct sum", diff2, nw);
+    free(xh), free(dyh);
     free(x), free(dy), free(ref), free(got), free(col), free(dyc), free(part);
-    return diff;
+    return diff + diff2;
 }
 
 int main(void)
@@ -145,6 +181,25 @@ int main(void)
     wgrad_case(5, 8, 4, 4, 8, 3, 1, 1, 8, 2); /* depthwise */
     wgrad_case(3, 5, 4, 6, 7, 1, 1, 0, 1, 1);
     wgrad_case(2, 3, 6, 6, 4, 2, 2, 0, 1, 2); /* darknet's 2x2 stride 2, rounded down */
+
+    /* The NHWC index functions: a bijection onto [0, n), the flat NCHW
+     * index's element */
+    {
+        const int nb = 3, c = 5;
+        const long hw = 7 * 6, n = nb * c * hw;
+        char *seen = calloc((size_t)n, 1);
+        long bad = 0;
+        for (int b = 0; b < nb; ++b)
+            for (int ci = 0; ci < c; ++ci)
+                for (long p = 0; p < hw; ++p) {
+                    const long f = amp_nchw_at(b, ci, p, c, hw), t = amp_nhwc_at(b, ci, p, c, hw);
+                    bad += f != (b * c + ci) * hw + p || t < 0 || t >= n || seen[t]++ ||
+                           amp_nhwc_of_nchw(f, c, hw) != t || t != (b * hw + p) * c + ci;
+                }
+        CHECK(bad == 0, "NHWC indexes of %ld elements: each once, the NCHW element's (%ld wrong)",
+              n, bad);
+        free(seen);
+    }
 
     /* Chunk sizes. */
     CHECK(amp_wgrad_chunk(64, 1000, 100, 1 << 20) == 64, "all 64 images fit 1 MiB: %d",

@@ -77,3 +77,28 @@ void host_add_half_nhwc(int bf16, uint16_t *h, const float *x, int batch, int c,
 {
     amp_cpu_add_half_nhwc(dtype_of(bf16), h, x, batch, c, hw);
 }
+
+static layer pool_layer(const host_pool *p)
+{
+    layer l = {0};
+    l.type = MAXPOOL;
+    l.batch = p->batch, l.h = p->h, l.w = p->w, l.c = p->c;
+    l.out_h = p->out_h, l.out_w = p->out_w, l.out_c = p->c;
+    l.size = p->size, l.stride = p->stride, l.pad = p->pad;
+    l.outputs = p->out_h * p->out_w * p->c;
+    l.inputs = p->h * p->w * p->c;
+    return l;
+}
+
+void host_maxpool_forward(const host_pool *p, int bf16, const uint16_t *in, uint16_t *out, int *idx)
+{
+    const layer l = pool_layer(p);
+    amp_maxpool_nhwc_forward(&l, dtype_of(bf16), in, out, idx);
+}
+
+void host_maxpool_backward(const host_pool *p, int bf16, const uint16_t *d, const int *idx,
+                           uint16_t *dst)
+{
+    const layer l = pool_layer(p);
+    amp_maxpool_nhwc_backward(&l, dtype_of(bf16), d, idx, dst);
+}

@@ -30,6 +30,15 @@ void host_to_half_nhwc(int bf16, const float *x, uint16_t *h, int batch, int c, 
 void host_from_half_nhwc(int bf16, const uint16_t *h, float *x, int batch, int c, int hw);
 void host_add_half_nhwc(int bf16, uint16_t *h, const float *x, int batch, int c, int hw);
 
+/* maxpool.c's NHWC max-pooling on a layer of these dimensions (darknet's
+ * maxpool layer's fields) */
+typedef struct host_pool {
+    int batch, h, w, c, out_h, out_w, size, stride, pad;
+} host_pool;
+void host_maxpool_forward(const host_pool *p, int bf16, const uint16_t *in, uint16_t *out, int *idx);
+void host_maxpool_backward(const host_pool *p, int bf16, const uint16_t *d, const int *idx,
+                           uint16_t *dst);
+
 #ifdef __cplusplus
 }
 #endif

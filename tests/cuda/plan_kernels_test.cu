@@ -13,7 +13,14 @@
  *   another order: a value can round the other way); the statistics and
  *   parameter gradients within a relative 2-norm of 1e-5; the gradient's
  *   flush counts within the elements that differ. A self-check moves one
- *   bias by 1e-2 and must be seen.
+ *   bias by 1e-2 and must be seen;
+ * - data movement (cuda/movement.cu): max-pooling against maxpool.c (its
+ *   indexes, ties, overlapping windows, padding; the gradient gathered onto
+ *   the input's delta), upsampling, a route with groups and a shortcut
+ *   against movement.c's loops written out here: bit for bit (a leaky
+ *   shortcut within a half ulp: darknet's leaky multiplies by .1 in double);
+ * - the weight gradient's im2col operand gathered from an NHWC input
+ *   (wgrad.cu) against wgrad_index.h.
  * Exit 77 without a device. */
 #include "amp_cuda.h"
 #include "host_ref.h"
@@ -315,7 +322,10 @@ static int tail_case_run(const tail_case *k, float bias_shift, int report)
     /* backward, from the CPU's forward (y, and the statistics it made) */
     for (size_t i = 0; i < n; ++i) {
         const double u = uniform();
-        dh[i] = to_half(bf, u < 0.05 ? 1e-9f * normal() : 0.05f * normal()); /* some flush */
+        /* 5% at float16's smallest subnormals, 2^-24 to 3 2^-24: times a
+         * slope below 1 they flush */
+        const float tiny = (float)((1 + (int)(u * 60) % 3) * (u < 0.025 ? -1 : 1)) * 5.9604645e-8f;
+        dh[i] = to_half(bf, u < 0.05 ? tiny : 0.05f * normal());
     }
     std::vector<uint16_t> dhref = dh;
     std::vector<float> bref = bupd, sref = supd, mdref(c), vdref(c);
@@ -337,9 +347,10 @@ static int tail_case_run(const tail_case *k, float bias_shift, int report)
         rp = fmax(rp, fmax(rel2(dsu.get(), sref), fmax(rel2(dmd.get(), mdref), rel2(dvd.get(), vdref))));
     const std::vector<unsigned long long> cnt = dcount.get();
     const size_t differ = fd.n - fd.equal;
-    /* float16 without batch-norm: the 1e-9 gradients flush (bfloat16 holds
-     * them; batch-norm's data gradient adds terms that do not flush) */
-    const int want_flush = !bf && !k->bn;
+    /* float16 without batch-norm, an activation with slopes below 1: the
+     * smallest gradients flush (bfloat16 holds them; batch-norm's data
+     * gradient adds terms that do not flush) */
+    const int want_flush = !bf && !k->bn && k->act != AMP_ACT_LINEAR;
     const int counts_ok = cnt[0] + differ >= h.nonzero && cnt[0] <= h.nonzero + differ &&
                           cnt[1] + differ >= h.flushed && cnt[1] <= h.flushed + differ;
     beyond += fd.beyond > 0;
@@ -389,6 +400,181 @@ static void tails(void)
           "amp_cuda_tail_supports: mish yes, elu no");
 }
 
+/* ---- data movement ---- */
+
+static std::vector<uint16_t> random_half(int bf, size_t n, float scale)
+{
+    std::vector<uint16_t> h(n);
+    for (size_t i = 0; i < n; ++i) h[i] = to_half(bf, scale * normal());
+    return h;
+}
+
+static size_t differ(const std::vector<uint16_t> &a, const std::vector<uint16_t> &b)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < a.size(); ++i) k += a[i] != b[i];
+    return k;
+}
+
+static void maxpools(void)
+{
+    /* darknet's shapes: 2x2/2 (yolov3-tiny), 2x2/1 (its 13x13 one, padded),
+     * 5/9/13 stride 1 (yolov4's SPP), 3x3/2 overlapping and a short edge */
+    const int shapes[][5] = {{16, 16, 2, 2, 1}, {13, 13, 2, 1, 1}, {13, 13, 5, 1, 4},
+                             {13, 13, 9, 1, 8}, {15, 11, 3, 2, 2}, {7, 9, 3, 2, 0}};
+    for (int bf = 0; bf < 2; ++bf)
+        for (const auto &sh : shapes) {
+            const amp_dtype dt = bf ? AMP_DTYPE_BFLOAT16 : AMP_DTYPE_FLOAT16;
+            host_pool hp = {3, sh[0], sh[1], 24, 0, 0, sh[2], sh[3], sh[4]};
+            hp.out_h = (hp.h + hp.pad - hp.size) / hp.stride + 1;
+            hp.out_w = (hp.w + hp.pad - hp.size) / hp.stride + 1;
+            const size_t ni = (size_t)hp.batch * hp.h * hp.w * hp.c;
+            const size_t no = (size_t)hp.batch * hp.out_h * hp.out_w * hp.c;
+            std::vector<uint16_t> in = random_half(bf, ni, 1.f);
+            for (size_t i = 0; i < ni; i += 97) in[i] = in[(i + 24) % ni]; /* ties: the first wins */
+            std::vector<uint16_t> out(no), dst = random_half(bf, ni, 0.1f), d = random_half(bf, no, 0.1f);
+            std::vector<int> idx(no);
+            host_maxpool_forward(&hp, bf, in.data(), out.data(), idx.data());
+            std::vector<uint16_t> dref = dst;
+            host_maxpool_backward(&hp, bf, d.data(), idx.data(), dref.data());
+            amp_cuda_pool p = {hp.batch, hp.h, hp.w, hp.c, hp.out_h, hp.out_w, hp.size, hp.stride, hp.pad};
+            dvec<uint16_t> din(in), dout(no), dd(d), ddst(dst);
+            dvec<int> didx(no);
+            LAUNCH(amp_cuda_maxpool_nhwc_forward(&p, din.p, dout.p, didx.p, dt, 0, ERR));
+            LAUNCH(amp_cuda_maxpool_nhwc_backward(&p, dd.p, didx.p, ddst.p, dt, 0, ERR));
+            const std::vector<int> gi = didx.get();
+            size_t bad_idx = 0;
+            for (size_t i = 0; i < no; ++i) bad_idx += gi[i] != idx[i];
+            const size_t bo = differ(dout.get(), out), bd = differ(ddst.get(), dref);
+            CHECK(bo == 0 && bad_idx == 0 && bd == 0,
+                  "%s maxpool %dx%d/%d pad %d on %dx%dx%d: %zu of %zu outputs and %zu indexes "
+                  "differ from maxpool.c's; the gradient added into the input's delta: %zu of %zu "
+                  "differ (bit for bit)",
+                  bf ? "bfloat16" : "float16", hp.size, hp.size, hp.stride, hp.pad, hp.h, hp.w, hp.c,
+                  bo, no, bad_idx, bd, ni);
+        }
+}
+
+/* movement.c's upsample, route and shortcut, as loops over the same half
+ * values (their forms are static there: the loops say the same) */
+static void upsample_route_shortcut(void)
+{
+    for (int bf = 0; bf < 2; ++bf) {
+        const amp_dtype dt = bf ? AMP_DTYPE_BFLOAT16 : AMP_DTYPE_FLOAT16;
+        const char *name = bf ? "bfloat16" : "float16";
+        /* upsample 2x of 3 images 13x13x40 */
+        const int B = 3, H = 13, W = 13, C = 40, S = 2;
+        const size_t ni = (size_t)B * H * W * C, no = ni * S * S;
+        std::vector<uint16_t> in = random_half(bf, ni, 1.f), d = random_half(bf, no, 0.1f);
+        std::vector<uint16_t> dst = random_half(bf, ni, 0.1f), out(no), dref = dst;
+        for (int b = 0; b < B; ++b)
+            for (int Y = 0; Y < H * S; ++Y)
+                for (int X = 0; X < W * S; ++X)
+                    for (int c = 0; c < C; ++c)
+                        out[(((size_t)b * H * S + Y) * W * S + X) * C + c] = in[(((size_t)b * H + Y / S) * W + X / S) * C + c];
+        for (int b = 0; b < B; ++b)
+            for (int y = 0; y < H; ++y)
+                for (int x = 0; x < W; ++x)
+                    for (int c = 0; c < C; ++c) {
+                        const size_t e = (((size_t)b * H + y) * W + x) * C + c;
+                        float acc = from_half(bf, dref[e]);
+                        for (int j = 0; j < S; ++j)
+                            for (int i = 0; i < S; ++i)
+                                acc += from_half(bf, d[(((size_t)b * H * S + y * S + j) * W * S + x * S + i) * C + c]);
+                        dref[e] = to_half(bf, acc);
+                    }
+        dvec<uint16_t> din(in), dout(no), dd(d), ddst(dst);
+        LAUNCH(amp_cuda_upsample_nhwc_forward(din.p, dout.p, B, H, W, C, S, 0, ERR));
+        LAUNCH(amp_cuda_upsample_nhwc_backward(dd.p, ddst.p, B, H, W, C, S, dt, 0, ERR));
+        const size_t bo = differ(dout.get(), out), bd = differ(ddst.get(), dref);
+        CHECK(bo == 0 && bd == 0, "%s upsample x%d of %dx%dx%d: %zu of %zu outputs, %zu of %zu "
+                                  "gradients (a block summed rows then columns onto the delta) differ",
+              name, S, H, W, C, bo, no, bd, ni);
+        /* route: the second of two groups of a 64-channel tensor, after 24
+         * channels of another (yolov4's route groups=2 group_id=1) */
+        const long P = 2L * 26 * 26;
+        const int c1 = 24, c2 = 64, g = 32, first = 32, oc = c1 + g;
+        std::vector<uint16_t> t1 = random_half(bf, P * c1, 1.f), t2 = random_half(bf, P * c2, 1.f);
+        std::vector<uint16_t> rout(P * oc), rd = random_half(bf, P * oc, 0.1f);
+        std::vector<uint16_t> d1 = random_half(bf, P * c1, 0.1f), d2 = random_half(bf, P * c2, 0.1f);
+        std::vector<uint16_t> d1ref = d1, d2ref = d2;
+        for (long q = 0; q < P; ++q) {
+            for (int c = 0; c < c1; ++c) {
+                rout[q * oc + c] = t1[q * c1 + c];
+                d1ref[q * c1 + c] = to_half(bf, from_half(bf, d1[q * c1 + c]) + from_half(bf, rd[q * oc + c]));
+            }
+            for (int c = 0; c < g; ++c) {
+                rout[q * oc + c1 + c] = t2[q * c2 + first + c];
+                d2ref[q * c2 + first + c] =
+                    to_half(bf, from_half(bf, d2[q * c2 + first + c]) + from_half(bf, rd[q * oc + c1 + c]));
+            }
+        }
+        dvec<uint16_t> dt1(t1), dt2(t2), drout(P * oc), drd(rd), dd1(d1), dd2(d2);
+        LAUNCH(amp_cuda_rows_nhwc(drout.p, oc, dt1.p, c1, P, c1, 0, dt, 0, ERR));
+        LAUNCH(amp_cuda_rows_nhwc(drout.p + c1, oc, dt2.p + first, c2, P, g, 0, dt, 0, ERR));
+        LAUNCH(amp_cuda_rows_nhwc(dd1.p, c1, drd.p, oc, P, c1, 1, dt, 0, ERR));
+        LAUNCH(amp_cuda_rows_nhwc(dd2.p + first, c2, drd.p + c1, oc, P, g, 1, dt, 0, ERR));
+        const size_t br = differ(drout.get(), rout), bd1 = differ(dd1.get(), d1ref), bd2 = differ(dd2.get(), d2ref);
+        CHECK(br == 0 && bd1 == 0 && bd2 == 0,
+              "%s route of %d channels and the second of 2 groups of %d: %zu of %ld outputs differ; "
+              "gradients added back: %zu and %zu differ (the other group untouched)",
+              name, c1, c2, br, P * oc, bd1, bd2);
+        /* shortcut, linear and leaky: half(act(a + b)); d act'(y) into both deltas */
+        const long N = 2L * 52 * 52 * 16;
+        for (int act : {AMP_ACT_LINEAR, AMP_ACT_LEAKY}) {
+            std::vector<uint16_t> a = random_half(bf, N, 1.f), b2 = random_half(bf, N, 1.f), y(N);
+            std::vector<uint16_t> sd = random_half(bf, N, 0.1f), prev = random_half(bf, N, 0.1f);
+            std::vector<uint16_t> other = random_half(bf, N, 0.1f), pref = prev, oref = other;
+            for (long i = 0; i < N; ++i) {
+                const float v = from_half(bf, a[i]) + from_half(bf, b2[i]);
+                /* darknet's leaky multiplies by .1 in double */
+                y[i] = to_half(bf, act == AMP_ACT_LINEAR ? v : v > 0 ? v : (float)(.1 * v));
+                float g = from_half(bf, sd[i]);
+                if (act != AMP_ACT_LINEAR) g *= from_half(bf, y[i]) > 0 ? 1.f : .1f;
+                pref[i] = to_half(bf, from_half(bf, prev[i]) + g);
+                oref[i] = to_half(bf, from_half(bf, other[i]) + g);
+            }
+            dvec<uint16_t> da(a), db(b2), dy(N), dsd(sd), dprev(prev), doth(other);
+            LAUNCH(amp_cuda_shortcut_nhwc_forward(da.p, db.p, dy.p, N, act, dt, 0, ERR));
+            LAUNCH(amp_cuda_shortcut_nhwc_backward(dsd.p, dy.p, dprev.p, doth.p, N, act, dt, 0, ERR));
+            const half_cmp fy = compare_half(bf, dy.get(), y);
+            const size_t bp = differ(dprev.get(), pref), bo2 = differ(doth.get(), oref);
+            /* linear: bit for bit; leaky: within the half ulp that .1f and
+             * darknet's .1 in double can differ by */
+            CHECK((act == AMP_ACT_LINEAR ? fy.equal == fy.n : fy.beyond == 0) && bp == 0 && bo2 == 0,
+                  "%s shortcut, %s: %zu of %zu outputs equal darknet's form (%zu beyond a half "
+                  "ulp); gradients into both deltas: %zu and %zu differ",
+                  name, act == AMP_ACT_LINEAR ? "linear" : "leaky", fy.equal, fy.n, fy.beyond, bp, bo2);
+        }
+    }
+}
+
+/* The weight gradient's operand from an NHWC input (wgrad.cu's
+ * im2col_nhwc) against wgrad_index.h's index math, which gpu_plan_test
+ * checks on the host against a direct sum. */
+static void im2col_nhwc(void)
+{
+    const amp_im2col_dims dims[] = {{3, 5, 9, 7, 3, 1, 1, 9, 7}, {2, 8, 10, 9, 3, 2, 1, 5, 5},
+                                    {2, 16, 6, 6, 1, 1, 0, 6, 6}};
+    for (const amp_im2col_dims &d : dims) {
+        const size_t nx = (size_t)d.nb * d.c * d.h * d.w, ncol = amp_im2col_elems(d);
+        std::vector<uint16_t> x(nx);
+        for (size_t i = 0; i < nx; ++i) x[i] = (uint16_t)(i * 2654435761u >> 7);
+        dvec<uint16_t> dx(x), dcol(ncol);
+        LAUNCH(amp_cuda_im2col_half_nhwc(dx.p, d, dcol.p, 0, ERR));
+        const std::vector<uint16_t> col = dcol.get();
+        const size_t cols = (size_t)d.nb * d.out_h * d.out_w;
+        size_t bad = 0;
+        for (size_t i = 0; i < ncol; ++i) {
+            const long long src = amp_im2col_src2_nhwc(d, (int)(i / cols), (int)(i % cols));
+            bad += col[i] != (src < 0 ? 0 : x[(size_t)src]);
+        }
+        CHECK(bad == 0, "im2col from NHWC, %d images %dx%dx%d, %dx%d/%d pad %d: %zu of %zu "
+                        "elements differ from wgrad_index.h's", d.nb, d.h, d.w, d.c, d.size, d.size,
+              d.stride, d.pad, bad, ncol);
+    }
+}
+
 int main(void)
 {
     int ndev = 0;
@@ -398,6 +584,9 @@ int main(void)
     }
     conversions();
     tails();
+    maxpools();
+    upsample_route_shortcut();
+    im2col_nhwc();
     printf("%s: %d failed checks\n", failures ? "FAIL" : "PASS", failures);
     return failures != 0;
 }

@@ -27,6 +27,8 @@
 #include "math/half_format.h"
 #include "math/tail_math.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdio.h>
 
 #define TAIL_THREADS 256
@@ -54,19 +56,17 @@ extern "C" size_t amp_cuda_tail_work_floats(long positions, int c)
     return ((size_t)tail_nchunks(positions) * TAIL_SUMS + 4) * (size_t)c;
 }
 
-static __device__ __forceinline__ float ld(const uint16_t *p, long i, int bf16)
+/* Conversions through the hardware's instructions: bit for bit
+ * half_format.h's on every non-NaN value (gpu.kernels checks the claim over
+ * every pattern); a NaN stays a NaN, its payload the hardware's. */
+static __device__ __forceinline__ float cvt(uint16_t h, int bf16)
 {
-    return bf16 ? amp_bf16_to_f32(p[i]) : amp_f16_to_f32(p[i]);
+    return bf16 ? __bfloat162float(__ushort_as_bfloat16(h)) : __half2float(__ushort_as_half(h));
 }
 
 static __device__ __forceinline__ uint16_t rn(float v, int bf16)
 {
-    return bf16 ? amp_f32_to_bf16(v) : amp_f32_to_f16(v);
-}
-
-static __device__ __forceinline__ float cvt(uint16_t h, int bf16)
-{
-    return bf16 ? amp_bf16_to_f32(h) : amp_f16_to_f32(h);
+    return bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
 }
 
 /* What the element passes and the sums read. */
@@ -97,49 +97,96 @@ static __device__ __forceinline__ float bias_d(const tail_args &a, float x, floa
     return dh * amp_act_grad(y, pre, a.act);
 }
 
-/* The channel sums of one chunk of positions (blockIdx.x) for a tile of ct
- * channels (blockIdx.y): the block's threads are ct channels by rows =
- * TAIL_THREADS / ct rows, a row taking every rows-th position of the chunk
- * in order; then the rows' sums added in row order. One value per chunk,
- * sum and channel into part[(q * TAIL_SUMS + s) * c + ch]: the same order
- * every run. */
+/* V values from index i (V = TAIL_VEC: one 16-byte load, i a multiple of 8
+ * and c too, so that they are channels ch .. ch + 7 of one position). */
+template <int V> static __device__ __forceinline__ void load_v(const uint16_t *p, long i, uint16_t *h)
+{
+    if (V == TAIL_VEC) {
+        const uint4 u = *reinterpret_cast<const uint4 *>(p + i);
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+        for (int k = 0; k < 4; ++k) h[2 * k] = (uint16_t)(w[k] & 0xffffu), h[2 * k + 1] = (uint16_t)(w[k] >> 16);
+    } else {
+        h[0] = p[i];
+    }
+}
+
+template <int V> static __device__ __forceinline__ void store_v(uint16_t *p, long i, const uint16_t *h)
+{
+    if (V == TAIL_VEC) {
+        uint4 u;
+        u.x = h[0] | (uint32_t)h[1] << 16, u.y = h[2] | (uint32_t)h[3] << 16;
+        u.z = h[4] | (uint32_t)h[5] << 16, u.w = h[6] | (uint32_t)h[7] << 16;
+        *reinterpret_cast<uint4 *>(p + i) = u;
+    } else {
+        p[i] = h[0];
+    }
+}
+
+/* The sums' block shape: lanes threads across a position (each V channels;
+ * at most 32 lanes, a tile of lanes V channels) by rows of positions. */
+static __host__ __device__ __forceinline__ int sums_lanes(int c, int v)
+{
+    const int l = c / v;
+    return l < 32 ? l : 32;
+}
+
+/* The channel sums of one chunk of positions (blockIdx.x) for a tile of
+ * channels (blockIdx.y): the block's threads are lanes across the tile (V
+ * channels each) by rows = TAIL_THREADS / lanes, a row taking every
+ * rows-th position of the chunk in order; then the rows' sums added in row
+ * order. One value per chunk, sum and channel into part[(q * TAIL_SUMS + s)
+ * * c + ch]: the same order every run. */
+template <int V>
 static __global__ void __launch_bounds__(TAIL_THREADS) sums_kernel(tail_args a, int which, float *part)
 {
-    __shared__ float sm[TAIL_SUMS][TAIL_THREADS];
-    const int ct = a.c < 32 ? a.c : 32, rows = TAIL_THREADS / ct;
-    const int t = threadIdx.x, lane = t % ct, row = t / ct;
-    const int ch = blockIdx.y * ct + lane, q = blockIdx.x;
+    __shared__ float sm[TAIL_SUMS][TAIL_THREADS * V];
+    const int lanes = sums_lanes(a.c, V), rows = TAIL_THREADS / lanes, tile = lanes * V;
+    const int t = threadIdx.x, lane = t % lanes, row = t / lanes;
+    const int ch0 = blockIdx.y * tile + lane * V, q = blockIdx.x;
     const long chunk = tail_chunk(a.positions), p0 = (long)q * chunk;
     const long p1 = p0 + chunk < a.positions ? p0 + chunk : a.positions;
     const int nsums = which == SUM_BWD ? 4 : 1;
-    float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-    if (row < rows && ch < a.c)
+    float s0[V], s1[V], s2[V], s3[V];
+    for (int k = 0; k < V; ++k) s0[k] = s1[k] = s2[k] = s3[k] = 0.f;
+    if (row < rows && ch0 < a.c)
         for (long p = p0 + row; p < p1; p += rows) {
-            const long i = p * a.c + ch;
-            if (which == SUM_X) {
-                s0 += ld(a.x, i, a.bf16);
-            } else if (which == SUM_SQDEV) {
-                const float dv = ld(a.x, i, a.bf16) - a.mean[ch];
-                s0 += dv * dv;
-            } else if (which == SUM_BWD) {
-                float xm, xn, d;
-                bwd_values(a, ld(a.x, i, a.bf16), ld(a.y, i, a.bf16), ld(a.dh, i, a.bf16), ch, &xm,
-                           &xn, &d);
-                const float dd = d * a.scale[ch];
-                s0 += d;
-                s1 += d * xn;
-                s2 += dd;
-                s3 += dd * xm;
-            } else { /* SUM_BWD_BIAS */
-                s0 += bias_d(a, ld(a.x, i, a.bf16), ld(a.y, i, a.bf16), ld(a.dh, i, a.bf16), ch);
+            const long i = p * a.c + ch0;
+            uint16_t hx[V], hy[V], hd[V];
+            if (which != SUM_BWD_BIAS || amp_act_needs_input(a.act)) load_v<V>(a.x, i, hx);
+            if (which >= SUM_BWD) load_v<V>(a.y, i, hy), load_v<V>(a.dh, i, hd);
+            for (int k = 0; k < V; ++k) {
+                const int ch = ch0 + k;
+                if (which == SUM_X) {
+                    s0[k] += cvt(hx[k], a.bf16);
+                } else if (which == SUM_SQDEV) {
+                    const float dv = cvt(hx[k], a.bf16) - a.mean[ch];
+                    s0[k] += dv * dv;
+                } else if (which == SUM_BWD) {
+                    float xm, xn, d;
+                    bwd_values(a, cvt(hx[k], a.bf16), cvt(hy[k], a.bf16), cvt(hd[k], a.bf16), ch,
+                               &xm, &xn, &d);
+                    const float dd = d * a.scale[ch];
+                    s0[k] += d;
+                    s1[k] += d * xn;
+                    s2[k] += dd;
+                    s3[k] += dd * xm;
+                } else { /* SUM_BWD_BIAS */
+                    const float x = amp_act_needs_input(a.act) ? cvt(hx[k], a.bf16) : 0.f;
+                    s0[k] += bias_d(a, x, cvt(hy[k], a.bf16), cvt(hd[k], a.bf16), ch);
+                }
             }
         }
-    sm[0][t] = s0, sm[1][t] = s1, sm[2][t] = s2, sm[3][t] = s3;
+    for (int k = 0; k < V; ++k) {
+        const int at = row * tile + lane * V + k; /* row-major [rows][tile] */
+        if (row < rows) sm[0][at] = s0[k], sm[1][at] = s1[k], sm[2][at] = s2[k], sm[3][at] = s3[k];
+    }
     __syncthreads();
-    if (row != 0 || ch >= a.c) return;
+    /* the first tile threads: one channel each, its rows in order */
+    const int ch = blockIdx.y * tile + t;
+    if (t >= tile || ch >= a.c) return;
     for (int k = 0; k < nsums; ++k) {
         float tot = 0.f;
-        for (int r = 0; r < rows; ++r) tot += sm[k][r * ct + lane];
+        for (int r = 0; r < rows; ++r) tot += sm[k][r * tile + t];
         part[((size_t)q * TAIL_SUMS + k) * a.c + ch] = tot;
     }
 }
@@ -195,31 +242,6 @@ static __global__ void den_kernel(const float *variance, int c, int cudnn, float
 {
     const int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch < c) den[ch] = amp_bn_den(variance[ch], cudnn);
-}
-
-/* V values from index i (V = TAIL_VEC: one 16-byte load, i a multiple of 8
- * and c too, so that they are channels ch .. ch + 7 of one position). */
-template <int V> static __device__ __forceinline__ void load_v(const uint16_t *p, long i, uint16_t *h)
-{
-    if (V == TAIL_VEC) {
-        const uint4 u = *reinterpret_cast<const uint4 *>(p + i);
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-        for (int k = 0; k < 4; ++k) h[2 * k] = (uint16_t)(w[k] & 0xffffu), h[2 * k + 1] = (uint16_t)(w[k] >> 16);
-    } else {
-        h[0] = p[i];
-    }
-}
-
-template <int V> static __device__ __forceinline__ void store_v(uint16_t *p, long i, const uint16_t *h)
-{
-    if (V == TAIL_VEC) {
-        uint4 u;
-        u.x = h[0] | (uint32_t)h[1] << 16, u.y = h[2] | (uint32_t)h[3] << 16;
-        u.z = h[4] | (uint32_t)h[5] << 16, u.w = h[6] | (uint32_t)h[7] << 16;
-        *reinterpret_cast<uint4 *>(p + i) = u;
-    } else {
-        p[i] = h[0];
-    }
 }
 
 /* y = act((x - mean) / den scale + bias), or without batch-norm (mean NULL)
@@ -305,10 +327,17 @@ static unsigned int blocks_for(long n, int threads)
     return (unsigned int)(b > 65535 ? 65535 : b < 1 ? 1 : b);
 }
 
-static dim3 sums_grid(long positions, int c)
+static dim3 sums_grid(long positions, int c, int vec)
 {
-    const int ct = c < 32 ? c : 32;
-    return dim3((unsigned)tail_nchunks(positions), (unsigned)((c + ct - 1) / ct));
+    const int tile = sums_lanes(c, vec ? TAIL_VEC : 1) * (vec ? TAIL_VEC : 1);
+    return dim3((unsigned)tail_nchunks(positions), (unsigned)((c + tile - 1) / tile));
+}
+
+static void launch_sums(const tail_args &a, int which, float *part, int vec, cudaStream_t stream)
+{
+    const dim3 grid = sums_grid(a.positions, a.c, vec);
+    if (vec) sums_kernel<TAIL_VEC><<<grid, TAIL_THREADS, 0, stream>>>(a, which, part);
+    else sums_kernel<1><<<grid, TAIL_THREADS, 0, stream>>>(a, which, part);
 }
 
 /* The element passes 8 values at a time where every 8 share a position:
@@ -378,19 +407,19 @@ extern "C" amp_status amp_cuda_tail_forward(const amp_cuda_tail *t, cudaStream_t
     }
     const int nchunks = tail_nchunks(t->positions), cb = (t->c + 31) / 32;
     float *part = t->work, *den = t->work + (size_t)nchunks * TAIL_SUMS * t->c;
-    const dim3 grid = sums_grid(t->positions, t->c), fin_block(32, 8);
+    const dim3 fin_block(32, 8);
     if (t->train) {
         fin_args f = {};
         f.c = t->c, f.nchunks = nchunks, f.nsums = 1, f.cudnn = t->cudnn, f.count = t->positions;
         f.mean = t->mean, f.variance = t->variance, f.rolling_mean = t->rolling_mean;
         f.rolling_variance = t->rolling_variance, f.den = den;
-        sums_kernel<<<grid, TAIL_THREADS, 0, stream>>>(a, SUM_X, part);
+        launch_sums(a, SUM_X, part, vec, stream);
         LAUNCHED();
         f.mode = FIN_MEAN;
         fin_kernel<<<cb, fin_block, 0, stream>>>(part, f);
         LAUNCHED();
         a.mean = t->mean;
-        sums_kernel<<<grid, TAIL_THREADS, 0, stream>>>(a, SUM_SQDEV, part);
+        launch_sums(a, SUM_SQDEV, part, vec, stream);
         LAUNCHED();
         f.mode = FIN_VARIANCE; /* and the denominator */
         fin_kernel<<<cb, fin_block, 0, stream>>>(part, f);
@@ -419,12 +448,12 @@ extern "C" amp_status amp_cuda_tail_backward(const amp_cuda_tail *t, cudaStream_
     const int nchunks = tail_nchunks(t->positions), cb = (t->c + 31) / 32;
     float *part = t->work, *per = t->work + (size_t)nchunks * TAIL_SUMS * t->c;
     float *den = per, *inv = per + t->c, *kv = per + 2 * t->c, *km = per + 3 * t->c;
-    const dim3 grid = sums_grid(t->positions, t->c), fin_block(32, 8);
+    const dim3 fin_block(32, 8);
     fin_args f = {};
     f.c = t->c, f.nchunks = nchunks, f.count = t->positions, f.bias_updates = t->bias_updates;
     /* the sums read dh before the data gradient's pass writes it */
     if (!t->batch_normalize) {
-        sums_kernel<<<grid, TAIL_THREADS, 0, stream>>>(a, SUM_BWD_BIAS, part);
+        launch_sums(a, SUM_BWD_BIAS, part, vec, stream);
         LAUNCHED();
         f.nsums = 1, f.mode = FIN_BIAS;
         fin_kernel<<<cb, fin_block, 0, stream>>>(part, f);
@@ -438,7 +467,7 @@ extern "C" amp_status amp_cuda_tail_backward(const amp_cuda_tail *t, cudaStream_
     LAUNCHED();
     a.mean = t->train ? t->mean : t->rolling_mean;
     a.den = den;
-    sums_kernel<<<grid, TAIL_THREADS, 0, stream>>>(a, SUM_BWD, part);
+    launch_sums(a, SUM_BWD, part, vec, stream);
     LAUNCHED();
     f.nsums = 4, f.mode = FIN_TERMS, f.fwd_variance = variance;
     f.scale_updates = t->scale_updates, f.mean_delta = t->mean_delta;

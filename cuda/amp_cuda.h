@@ -91,9 +91,10 @@ amp_status amp_cuda_add_rounded(const float *x, float *y, size_t n, amp_dtype dt
  * to_cnhw: x (nb images of k x hw) into y, k rows of nb * hw. */
 amp_status amp_cuda_im2col_half(const uint16_t *x, amp_im2col_dims d, uint16_t *col,
                                 cudaStream_t stream, char *err, size_t errlen);
-/* The same col from an NHWC input (the activation plan's). */
-amp_status amp_cuda_im2col_half_nhwc(const uint16_t *x, amp_im2col_dims d, uint16_t *col,
-                                     cudaStream_t stream, char *err, size_t errlen);
+/* The same col from an NHWC input of c_stored >= d.c channels (the
+ * activation plan's; the first convolution's image is padded). */
+amp_status amp_cuda_im2col_half_nhwc(const uint16_t *x, amp_im2col_dims d, int c_stored,
+                                     uint16_t *col, cudaStream_t stream, char *err, size_t errlen);
 amp_status amp_cuda_to_cnhw_half(const uint16_t *x, int nb, int k, size_t hw, uint16_t *y,
                                  cudaStream_t stream, char *err, size_t errlen);
 
@@ -201,7 +202,8 @@ amp_status amp_cuda_add_into_half_nhwc(uint16_t *h, const float *x, int batch, i
 /* movement.cu: the data-movement layers on NHWC half tensors, as the CPU
  * plan's (movement.c, maxpool.c), bit for bit: values moved as patterns,
  * gradients added onto half deltas in float32 in the CPU's order, rounded
- * once. */
+ * once (a leaky shortcut within a half ulp: .1f x against darknet's .1 in
+ * double). */
 typedef struct amp_cuda_pool {
     int batch, h, w, c, out_h, out_w, size, stride, pad; /* darknet's maxpool layer */
 } amp_cuda_pool;
@@ -227,7 +229,7 @@ amp_status amp_cuda_rows_nhwc(uint16_t *dst, long dst_stride, const uint16_t *sr
                               long positions, int cols, int add, amp_dtype dtype,
                               cudaStream_t stream, char *err, size_t errlen);
 /* out = half(act(a + b)); backward: d = delta act'(y), prev and other (each
- * may be NULL) += d. act: one of amp_act_known's taken from the output. */
+ * may be NULL) += d. act: linear or leaky (amp_cuda_shortcut_supports). */
 int amp_cuda_shortcut_supports(int act);
 amp_status amp_cuda_shortcut_nhwc_forward(const uint16_t *a, const uint16_t *b, uint16_t *out,
                                           long n, int act, amp_dtype dtype, cudaStream_t stream,

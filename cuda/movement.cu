@@ -2,7 +2,8 @@
  * the device, with the CPU plan's semantics (plugin/cpu/movement.c,
  * maxpool.c): values moved as 16-bit patterns, gradients added onto a half
  * delta in float32 and rounded once, in the CPU's order of additions, so
- * that the two agree bit for bit (gpu.plan_kernels).
+ * that the two agree bit for bit (gpu.plan_kernels); a leaky shortcut within
+ * a half ulp (its leaky is .1f x, darknet's multiplies by .1 in double).
  *
  * Each kernel is a grid-stride loop over its output elements; a backward
  * that adds several gradients into one element gathers them in the order
@@ -99,17 +100,23 @@ static __global__ void maxpool_backward_kernel(amp_cuda_pool p, const uint16_t *
     }
 }
 
+/* darknet's indexes are int: the input must have fewer than 2^31 values */
+static amp_status pool_fits(const amp_cuda_pool *p, char *err, size_t errlen)
+{
+    if ((long)p->batch * p->h * p->w * p->c <= 2147483647L) return AMP_OK;
+    snprintf(err, errlen, "maxpool: %d images of %dx%dx%d: more than 2^31 values (darknet's int "
+                          "indexes)", p->batch, p->h, p->w, p->c);
+    return AMP_ERR_INVALID;
+}
+
 extern "C" amp_status amp_cuda_maxpool_nhwc_forward(const amp_cuda_pool *p, const uint16_t *in,
                                                     uint16_t *out, int *idx, amp_dtype dtype,
                                                     cudaStream_t stream, char *err, size_t errlen)
 {
     const long n = (long)p->batch * p->out_h * p->out_w * p->c;
     if (n <= 0) return AMP_OK;
-    if ((long)p->batch * p->h * p->w * p->c > 2147483647L) {
-        snprintf(err, errlen, "maxpool: %d images of %dx%dx%d: more than 2^31 values (darknet's "
-                              "int indexes)", p->batch, p->h, p->w, p->c);
-        return AMP_ERR_INVALID;
-    }
+    const amp_status st = pool_fits(p, err, errlen);
+    if (st != AMP_OK) return st;
     maxpool_forward_kernel<<<blocks_for(n), 256, 0, stream>>>(*p, in, out, idx,
                                                               dtype == AMP_DTYPE_BFLOAT16);
     LAUNCHED();
@@ -122,6 +129,8 @@ extern "C" amp_status amp_cuda_maxpool_nhwc_backward(const amp_cuda_pool *p, con
 {
     const long n = (long)p->batch * p->h * p->w * p->c;
     if (n <= 0) return AMP_OK;
+    const amp_status st = pool_fits(p, err, errlen);
+    if (st != AMP_OK) return st;
     maxpool_backward_kernel<<<blocks_for(n), 256, 0, stream>>>(*p, d, idx, dst,
                                                                dtype == AMP_DTYPE_BFLOAT16);
     LAUNCHED();
@@ -235,9 +244,11 @@ static __global__ void shortcut_backward_kernel(const uint16_t *delta, const uin
     }
 }
 
+/* linear and leaky, the shortcuts darknet's cfgs use (and that
+ * gpu.plan_kernels compares with darknet's form) */
 static int shortcut_act_ok(int act)
 {
-    return amp_act_known(act) && !amp_act_needs_input(act);
+    return act == AMP_ACT_LINEAR || act == AMP_ACT_LEAKY;
 }
 
 extern "C" int amp_cuda_shortcut_supports(int act)

@@ -5,7 +5,7 @@
  * layers), a float32 layer's gradient added into a half delta. The CPU's
  * conversions (round.c's amp_cpu_*_half_nhwc) do the same with the same
  * functions (math/half_format.h, math/nhwc.h): bit for bit alike, which
- * gpu.kernels checks.
+ * gpu.plan_kernels checks.
  *
  * A transpose through shared memory: a block moves a tile of 32 channels by
  * 32 positions of one image, reading rows of 32 positions of the NCHW array

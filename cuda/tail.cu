@@ -10,11 +10,15 @@
  * threads taking every rows-th position in order, the rows then added in
  * order; the chunks' sums are added by rows of chunks, then the rows in
  * order. The order depends on the tensor's shape only, so a step's
- * statistics are the same from run to run (no atomics on floats). A warp
- * reads 64 contiguous bytes: 32 channels of a position, or all the
- * channels of neighbouring positions where there are fewer. The element
- * passes take 8 values (16 bytes) per thread where the channels come in
- * eights.
+ * statistics are the same from run to run (no atomics on floats). Where
+ * the channels come in eights every pass takes 8 values (16 bytes) per
+ * thread, and a warp reads 512 contiguous bytes (a position's channels, or
+ * neighbouring positions' where there are fewer than 256); else one value
+ * per thread, a warp 32 channels.
+ *
+ * Compiled without contracting a product and a sum into one fused
+ * multiply-add (-fmad=false, cuda/CMakeLists.txt), as the host computes
+ * tail_math.h; the device's expf, exp and powf are its own.
  *
  * The forward with batch-norm while training: sums -> mean -> sums of
  * squared deviations -> variance, rolling statistics -> normalise, scale,
@@ -296,12 +300,14 @@ template <int V> static __global__ void dx_kernel(tail_args a, uint16_t *dh, uns
             const long i = v * V;
             const int ch0 = (int)(i % a.c);
             uint16_t hx[V], hy[V], hd[V];
-            load_v<V>(a.x, i, hx);
+            const int with_x = a.mean || amp_act_needs_input(a.act);
+            if (with_x) load_v<V>(a.x, i, hx);
             load_v<V>(a.y, i, hy);
             load_v<V>(a.dh, i, hd);
             for (int k = 0; k < V; ++k) {
                 const int ch = ch0 + k;
-                const float x = cvt(hx[k], a.bf16), y = cvt(hy[k], a.bf16), g = cvt(hd[k], a.bf16);
+                const float x = with_x ? cvt(hx[k], a.bf16) : 0.f;
+                const float y = cvt(hy[k], a.bf16), g = cvt(hd[k], a.bf16);
                 float val;
                 if (a.mean) {
                     float xm, xn, d;
@@ -340,13 +346,19 @@ static void launch_sums(const tail_args &a, int which, float *part, int vec, cud
     else sums_kernel<1><<<grid, TAIL_THREADS, 0, stream>>>(a, which, part);
 }
 
-/* The element passes 8 values at a time where every 8 share a position:
- * c a multiple of 8 (the tensors start 16-byte aligned: cudaMalloc and the
- * plan's offsets). */
-static int vec_ok(const amp_cuda_tail *t)
+/* The passes take 8 values at a time where every 8 share a position: c a
+ * multiple of 8. The choice depends on c alone, so that the order of the
+ * channel sums does too; the tensors must then start 16-byte aligned
+ * (cudaMalloc's, and the plan's offsets: multiples of whole tensors of c
+ * channels). */
+static int vec_of(int c)
 {
-    const uintptr_t al = (uintptr_t)t->y | (uintptr_t)t->dh | (uintptr_t)t->x;
-    return t->c % TAIL_VEC == 0 && (al & 15) == 0;
+    return c % TAIL_VEC == 0;
+}
+
+static int misaligned(const void *p)
+{
+    return ((uintptr_t)p & 15) != 0;
 }
 
 static void launch_norm(const tail_args &a, uint16_t *y, int vec, cudaStream_t stream)
@@ -399,7 +411,12 @@ extern "C" amp_status amp_cuda_tail_forward(const amp_cuda_tail *t, cudaStream_t
         return AMP_ERR_INVALID;
     }
     tail_args a = args_of(t);
-    const int vec = vec_ok(t);
+    const int vec = vec_of(t->c);
+    if (vec && (misaligned(a.x) || misaligned(t->y))) {
+        snprintf(err, errlen, "amp_cuda_tail_forward: %d channels, a tensor not 16-byte aligned",
+                 t->c);
+        return AMP_ERR_INVALID;
+    }
     if (!t->batch_normalize) {
         launch_norm(a, t->y, vec, stream);
         LAUNCHED();
@@ -444,7 +461,12 @@ extern "C" amp_status amp_cuda_tail_backward(const amp_cuda_tail *t, cudaStream_
         return AMP_ERR_INVALID;
     }
     tail_args a = args_of(t);
-    const int vec = vec_ok(t);
+    const int vec = vec_of(t->c);
+    if (vec && (misaligned(a.x) || misaligned(t->y) || misaligned(t->dh))) {
+        snprintf(err, errlen, "amp_cuda_tail_backward: %d channels, a tensor not 16-byte aligned",
+                 t->c);
+        return AMP_ERR_INVALID;
+    }
     const int nchunks = tail_nchunks(t->positions), cb = (t->c + 31) / 32;
     float *part = t->work, *per = t->work + (size_t)nchunks * TAIL_SUMS * t->c;
     float *den = per, *inv = per + t->c, *kv = per + 2 * t->c, *km = per + 3 * t->c;

@@ -26,12 +26,12 @@ static __global__ void im2col_kernel(const uint16_t *x, amp_im2col_dims d, int r
         }
 }
 
-static __global__ void im2col_nhwc_kernel(const uint16_t *x, amp_im2col_dims d, int rows,
+static __global__ void im2col_nhwc_kernel(const uint16_t *x, amp_im2col_dims d, int cs, int rows,
                                           int cols, uint16_t *col)
 {
     for (int r = blockIdx.y; r < rows; r += gridDim.y)
         for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < cols; q += gridDim.x * blockDim.x) {
-            const long long s = amp_im2col_src2_nhwc(d, r, q);
+            const long long s = amp_im2col_src2_nhwc(d, cs, r, q);
             col[(size_t)r * cols + q] = s < 0 ? (uint16_t)0 : x[s];
         }
 }
@@ -53,12 +53,12 @@ extern "C" amp_status amp_cuda_im2col_half(const uint16_t *x, amp_im2col_dims d,
 }
 
 extern "C" amp_status amp_cuda_im2col_half_nhwc(const uint16_t *x, amp_im2col_dims d,
-                                                uint16_t *col, cudaStream_t stream, char *err,
-                                                size_t errlen)
+                                                int c_stored, uint16_t *col, cudaStream_t stream,
+                                                char *err, size_t errlen)
 {
     const int rows = d.c * d.size * d.size, cols = d.nb * d.out_h * d.out_w;
     if (rows <= 0 || cols <= 0) return AMP_OK;
-    im2col_nhwc_kernel<<<grid_for(cols, rows), 256, 0, stream>>>(x, d, rows, cols, col);
+    im2col_nhwc_kernel<<<grid_for(cols, rows), 256, 0, stream>>>(x, d, c_stored, rows, cols, col);
     return AMP_CUDA_LAUNCHED(err, errlen);
 }
 

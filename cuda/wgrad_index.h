@@ -32,31 +32,39 @@ static AMP_HD inline size_t amp_im2col_elems(amp_im2col_dims d)
     return (size_t)d.c * d.size * d.size * d.nb * d.out_h * d.out_w;
 }
 
-/* The element of x that col[row][q] holds (q < nb * out_h * out_w, an int:
- * amp_wgrad_chunk keeps it one), or -1 for a padding position (0). 32-bit
- * divisions only: a GPU's 64-bit ones are many instructions each. */
-static AMP_HD inline long long amp_im2col_src2(amp_im2col_dims d, int row, int q)
+/* Where col[row][q] (q < nb * out_h * out_w, an int: amp_wgrad_chunk keeps
+ * it one) reads: image b, channel ci, input row iy and column ix; 0 for a
+ * padding position (col holds 0). 32-bit divisions only: a GPU's 64-bit
+ * ones are many instructions each. */
+static AMP_HD inline int amp_im2col_at(amp_im2col_dims d, int row, int q, int *b, int *ci,
+                                       int *iy, int *ix)
 {
     const int ohw = d.out_h * d.out_w, kk = d.size * d.size;
-    const int b = q / ohw, p = q - b * ohw;
-    const int ci = row / kk, kr = row - ci * kk, ky = kr / d.size, kx = kr - ky * d.size;
+    *b = q / ohw;
+    const int p = q - *b * ohw;
+    *ci = row / kk;
+    const int kr = row - *ci * kk, ky = kr / d.size, kx = kr - ky * d.size;
     const int oy = p / d.out_w, ox = p - oy * d.out_w;
-    const int iy = oy * d.stride - d.pad + ky, ix = ox * d.stride - d.pad + kx;
-    if (iy < 0 || iy >= d.h || ix < 0 || ix >= d.w) return -1;
+    *iy = oy * d.stride - d.pad + ky, *ix = ox * d.stride - d.pad + kx;
+    return *iy >= 0 && *iy < d.h && *ix >= 0 && *ix < d.w;
+}
+
+/* The element of x (NCHW) that col[row][q] holds, or -1 for padding. */
+static AMP_HD inline long long amp_im2col_src2(amp_im2col_dims d, int row, int q)
+{
+    int b, ci, iy, ix;
+    if (!amp_im2col_at(d, row, q, &b, &ci, &iy, &ix)) return -1;
     return (((long long)b * d.c + ci) * d.h + iy) * d.w + ix;
 }
 
-/* The same from an NHWC input: the element of x[b][iy][ix][ci] that
+/* The same from an NHWC input of cs >= d.c stored channels (the first
+ * convolution's image is padded): the element of x[b][iy][ix][ci] that
  * col[row][q] holds, or -1 for padding. */
-static AMP_HD inline long long amp_im2col_src2_nhwc(amp_im2col_dims d, int row, int q)
+static AMP_HD inline long long amp_im2col_src2_nhwc(amp_im2col_dims d, int cs, int row, int q)
 {
-    const int ohw = d.out_h * d.out_w, kk = d.size * d.size;
-    const int b = q / ohw, p = q - b * ohw;
-    const int ci = row / kk, kr = row - ci * kk, ky = kr / d.size, kx = kr - ky * d.size;
-    const int oy = p / d.out_w, ox = p - oy * d.out_w;
-    const int iy = oy * d.stride - d.pad + ky, ix = ox * d.stride - d.pad + kx;
-    if (iy < 0 || iy >= d.h || ix < 0 || ix >= d.w) return -1;
-    return amp_nhwc_at(b, ci, (long)iy * d.w + ix, d.c, (long)d.h * d.w);
+    int b, ci, iy, ix;
+    if (!amp_im2col_at(d, row, q, &b, &ci, &iy, &ix)) return -1;
+    return amp_nhwc_at(b, ci, (long)iy * d.w + ix, cs, (long)d.h * d.w);
 }
 
 /* The same for col's element i (row-major: rows of nb * out_h * out_w). */

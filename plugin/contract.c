@@ -15,11 +15,15 @@ amp_status amp_backend_check(const amp_backend_ops *ops, char *err, size_t errle
                         "amp: the %s backend was written for version %d of the backend "
                         "interface, this core is version %d (plugin/backend.h)",
                         who, ops->version, AMP_BACKEND_VERSION);
-    const char *const required[] = {
+    /* every backend's members */
+    const char *const always[] = {
         MISSING(name),      MISSING(slots),       MISSING(supports),     MISSING(net_init),
         MISSING(net_free),  MISSING(layer_install), MISSING(layer_free), MISSING(begin_batch),
         MISSING(scale_loss), MISSING(rescale),    MISSING(unscale),      MISSING(end_mid_batch),
         MISSING(poke),      MISSING(poke_delta),
+    };
+    /* the members that come with another the backend has */
+    const char *const paired[] = {
         /* a step is decided on the host (restore) or on the device (decide, step_end) */
         ops->decide ? MISSING(step_end) : MISSING(restore),
         ops->step_end ? MISSING(decide) : NULL,
@@ -30,10 +34,14 @@ amp_status amp_backend_check(const amp_backend_ops *ops, char *err, size_t errle
             : NULL,
         ops->pull ? MISSING(push) : ops->push ? MISSING(pull) : NULL,
     };
-    for (size_t i = 0; i < sizeof required / sizeof required[0]; ++i)
-        AMP_RETURN_ERROR_IF(required[i], AMP_ERR_INVALID, err, errlen,
-                            "amp: the %s backend lacks %s, which backend.h requires%s", who,
-                            required[i],
-                            i >= 14 ? " (the members that come with what it has)" : "");
+    for (size_t i = 0; i < sizeof always / sizeof always[0]; ++i)
+        AMP_RETURN_ERROR_IF(always[i], AMP_ERR_INVALID, err, errlen,
+                            "amp: the %s backend lacks %s, which backend.h requires", who,
+                            always[i]);
+    for (size_t i = 0; i < sizeof paired / sizeof paired[0]; ++i)
+        AMP_RETURN_ERROR_IF(paired[i], AMP_ERR_INVALID, err, errlen,
+                            "amp: the %s backend lacks %s, which backend.h requires (the members "
+                            "that come with what it has)",
+                            who, paired[i]);
     return AMP_OK;
 }

@@ -79,18 +79,26 @@ static amp_status native_forward(amp_layer *al, cpu_layer *c, layer l, network n
     return st;
 }
 
-static void native_backward(amp_layer *al, cpu_layer *c, layer l, network net)
+/* A backward's start, whichever runs it: the deltas this layer is the last
+ * to read zeroed, and the tail's half storage (with a half output: y, the
+ * half delta it rounds its gradient into, the flush counters). */
+static void backward_begin(amp_layer *al, cpu_layer *c, const layer *l)
 {
     cpu_net *cn = cpu_net_of(al->owner);
     amp_cpu_deltas_begin(al->owner, al->index);
     c->tail = tail_base(al, c);
     if (al->out_half) {
-        c->tail.y = (uint16_t *)l.output;
+        c->tail.y = (uint16_t *)l->output;
         c->tail.dh = c->delta_h;
         c->tail.nonzero = &cn->grad_nonzero;
         c->tail.flushed = &cn->grad_flushed;
-        l.delta = (float *)c->delta_h; /* the gradient the tail leaves there, in half */
     }
+}
+
+static void native_backward(amp_layer *al, cpu_layer *c, layer l, network net)
+{
+    backward_begin(al, c, &l);
+    if (al->out_half) l.delta = (float *)c->delta_h; /* the gradient the tail leaves there, in half */
     if (input_half(al)) net.delta = (float *)amp_cpu_half_delta(al->owner, al->index - 1);
     if (amp_onednn_plan_backward(l, net) != AMP_OK)
         amp_net_fail(al->owner, AMP_ERR_DEVICE,
@@ -141,16 +149,11 @@ static void converts_backward(layer l, network net)
     cpu_net *cn = cpu_net_of(al->owner);
     const amp_dtype dt = dtype_of(al);
     const size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
-    amp_cpu_deltas_begin(al->owner, al->index);
-    c->tail = tail_base(al, c);
+    backward_begin(al, c, &l);
     if (al->out_half) {
         /* the tail on half storage first, as on oneDNN: the delta then holds the
          * gradient it made (rounded to half: the value the layer's GEMMs use), and
          * the layer's own backward skips its tail */
-        c->tail.y = (uint16_t *)l.output;
-        c->tail.dh = c->delta_h;
-        c->tail.nonzero = &cn->grad_nonzero;
-        c->tail.flushed = &cn->grad_flushed;
         amp_tail_backward_nhwc(l, net, l.out_c, l.out_h * l.out_w, &c->tail);
         c->tail.done = 1;
         l.delta = amp_cpu_reserve(&cn->out32, nout);

@@ -9,6 +9,7 @@
  * (wgrad_index.h's layout) and its float32 GEMM into the history. Exit 77
  * without a device. */
 #include "amp_cuda.h"
+#include "device_check.h"
 #include "math/grad_math.h"
 #include "math/half_format.h"
 
@@ -21,32 +22,6 @@
 #include <string.h>
 #include <vector>
 
-static int failures;
-#define CHECK(cond, ...)                                                                      \
-    do {                                                                                      \
-        int ok_ = (cond);                                                                     \
-        printf(ok_ ? "ok: " : "FAIL: ");                                                      \
-        printf(__VA_ARGS__);                                                                  \
-        printf("\n");                                                                         \
-        failures += !ok_;                                                                     \
-    } while (0)
-#define CUDA(call)                                                                            \
-    do {                                                                                      \
-        cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess) {                                                              \
-            printf("FAIL: %s at %s:%d: %s\n", #call, __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                                          \
-        }                                                                                     \
-    } while (0)
-#define LAUNCH(call)                                                                          \
-    do {                                                                                      \
-        char err_[256] = "";                                                                  \
-        if (call) {                                                                           \
-            printf("FAIL: %s: %s\n", #call, err_);                                            \
-            exit(1);                                                                          \
-        }                                                                                     \
-    } while (0)
-#define ERR err_, sizeof err_
 
 static __global__ void intrinsic_f16(const float *x, uint16_t *h, size_t n)
 {

@@ -135,13 +135,17 @@ static int wgrad_case(int batch, int c, int h, int w, int n, int size, int strid
           "%d in chunks of %d: %d of %zu elements differ from the direct sum",
           size, size, c, n, stride, pad, groups, batch, chunk, diff, nw);
     /* The activation plan's NHWC tensors (math/nhwc.h): col from the NHWC
-     * input (amp_im2col_src2_nhwc), dy read in place, transposed (the
-     * group's filters are columns j ng .. of dy[b * ohw + p][n]). */
-    float *xh = malloc(sizeof(float) * nx), *dyh = malloc(sizeof(float) * ny);
+     * input (amp_im2col_src2_nhwc), stored with 3 channels of padding that
+     * must not be read (a padded image's), dy read in place, transposed
+     * (the group's filters are columns j ng .. of dy[b * ohw + p][n]). */
+    const int cs = c + 3;
+    const size_t nxs = (size_t)batch * cs * h * w;
+    float *xh = malloc(sizeof(float) * nxs), *dyh = malloc(sizeof(float) * ny);
+    for (size_t i = 0; i < nxs; ++i) xh[i] = 1000.f; /* the padding: never read */
     for (int b = 0; b < batch; ++b)
         for (int ci = 0; ci < c; ++ci)
             for (long p = 0; p < (long)h * w; ++p)
-                xh[amp_nhwc_at(b, ci, p, c, (long)h * w)] = x[amp_nchw_at(b, ci, p, c, (long)h * w)];
+                xh[amp_nhwc_at(b, ci, p, cs, (long)h * w)] = x[amp_nchw_at(b, ci, p, c, (long)h * w)];
     for (size_t i = 0; i < ny; ++i) dyh[amp_nhwc_of_nchw((long)i, n, (long)ohw)] = dy[i];
     memset(got, 0, nw * sizeof(float));
     for (int b0 = 0; b0 < batch; b0 += chunk) {
@@ -149,8 +153,8 @@ static int wgrad_case(int batch, int c, int h, int w, int n, int size, int strid
         const amp_im2col_dims d = {nb, c, h, w, size, stride, pad, oh, ow};
         const size_t ccols = (size_t)nb * ohw;
         for (size_t i = 0; i < amp_im2col_elems(d); ++i) {
-            const long long src = amp_im2col_src2_nhwc(d, (int)(i / ccols), (int)(i % ccols));
-            col[i] = src < 0 ? 0 : xh[(size_t)b0 * c * h * w + (size_t)src];
+            const long long src = amp_im2col_src2_nhwc(d, cs, (int)(i / ccols), (int)(i % ccols));
+            col[i] = src < 0 ? 0 : xh[(size_t)b0 * cs * h * w + (size_t)src];
         }
         for (int j = 0; j < groups; ++j) {
             /* gemm(1, 1, ng, cols, k, dy_j, n, col_j, k, 1, dW_j, cols) */
@@ -164,8 +168,8 @@ static int wgrad_case(int batch, int c, int h, int w, int n, int size, int strid
     int diff2 = 0;
     for (size_t i = 0; i < nw; ++i) diff2 += ref[i] != got[i];
     CHECK(diff2 == 0,
-          "the same from NHWC input and gradient (the activation plan's): %d of %zu elements "
-          "differ from the direct sum", diff2, nw);
+          "the same from NHWC input (%d channels stored as %d) and gradient (the activation "
+          "plan's): %d of %zu elements differ from the direct sum", c, cs, diff2, nw);
     free(xh), free(dyh);
     free(x), free(dy), free(ref), free(got), free(col), free(dyc), free(part);
     return diff + diff2;

@@ -1,4 +1,4 @@
-/* gpu.kernels' host references: the CPU backend's own functions on a layer
+/* gpu.plan_kernels' host references: the CPU backend's own functions on a layer
  * made of the test's arrays (host_ref.h). */
 #include "host_ref.h"
 

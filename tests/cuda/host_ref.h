@@ -1,4 +1,4 @@
-/* gpu.kernels' host references from the CPU backend (host_ref.c, plain C:
+/* gpu.plan_kernels' host references from the CPU backend (host_ref.c, plain C:
  * darknet's and the CPU backend's headers stay out of the CUDA test): the
  * activation plan's NHWC tail (tail_nhwc.c) and conversions (round.c) on
  * host arrays. */

@@ -700,7 +700,7 @@ static void kind_pairs(const char *cfg, const amp_layer_kind *k, const kind_net 
                           {name[1], 4 * eps, 4 * eps, dt == AMP_DTYPE_BFLOAT16 ? 0.1 : 0.05}};
     const int cpu_ref = !kn->cpu_skip && !(gpu && kn->gpu_emul_skip);
     if (gpu && kn->gpu_emul_skip)
-        printf("ok: [%s] %s: compared with darknet's float32 on the GPU only (%s)\n", k->name,
+        printf("note: [%s] %s: compared with darknet's float32 on the GPU only (%s)\n", k->name,
                amp_dtype_name(dt), kn->gpu_emul_skip);
     plan_on = !gpu; /* the CPU's half tensors between layers: the movement kinds' forms run */
     const net_spec f32 = {gpu, 0, dt, NULL, AMP_BN_DARKNET_CPU};

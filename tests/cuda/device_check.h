@@ -1,0 +1,40 @@
+/* The device tests' checks (gpu_kernels_test.cu, plan_kernels_test.cu): a
+ * CHECK line per comparison ("ok: " or "FAIL: " and what was compared), the
+ * failures counted; a CUDA runtime call or a launcher (its status and
+ * message) that fails ends the test. */
+#ifndef DEVICE_CHECK_H
+#define DEVICE_CHECK_H
+
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int failures;
+#define CHECK(cond, ...)                                                                      \
+    do {                                                                                      \
+        int ok_ = (cond);                                                                     \
+        printf(ok_ ? "ok: " : "FAIL: ");                                                      \
+        printf(__VA_ARGS__);                                                                  \
+        printf("\n");                                                                         \
+        failures += !ok_;                                                                     \
+    } while (0)
+#define CUDA(call)                                                                            \
+    do {                                                                                      \
+        cudaError_t e_ = (call);                                                              \
+        if (e_ != cudaSuccess) {                                                              \
+            printf("FAIL: %s at %s:%d: %s\n", #call, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+/* a launcher's call with ERR as its last two arguments */
+#define LAUNCH(call)                                                                          \
+    do {                                                                                      \
+        char err_[256] = "";                                                                  \
+        if (call) {                                                                           \
+            printf("FAIL: %s: %s\n", #call, err_);                                            \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+#define ERR err_, sizeof err_
+
+#endif

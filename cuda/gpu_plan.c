@@ -71,3 +71,25 @@ int amp_wgrad_chunk(int batch, size_t per_image, size_t out_hw, size_t limit)
     if (nb > (size_t)batch) nb = (size_t)batch;
     return nb < 1 ? 1 : (int)nb;
 }
+
+static size_t arena_up(size_t bytes)
+{
+    return (bytes + AMP_GPU_ARENA_ALIGN - 1) / AMP_GPU_ARENA_ALIGN * AMP_GPU_ARENA_ALIGN;
+}
+
+size_t amp_gpu_arena(int n, const size_t *out_n, const size_t *x_n, const size_t *delta_off,
+                     size_t pool_n, size_t *out_at, size_t *x_at, size_t *delta_at)
+{
+    size_t at = 0;
+    for (int i = 0; i < n; ++i) {
+        out_at[i] = out_n[i] ? at : AMP_GPU_NOWHERE;
+        at += arena_up(out_n[i] * 2);
+    }
+    for (int i = 0; i < n; ++i) {
+        x_at[i] = x_n[i] ? at : AMP_GPU_NOWHERE;
+        at += arena_up(x_n[i] * 2);
+    }
+    const size_t pool = at;
+    for (int i = 0; i < n; ++i) delta_at[i] = out_n[i] ? pool + delta_off[i] * 2 : AMP_GPU_NOWHERE;
+    return at + arena_up(pool_n * 2);
+}

@@ -1,8 +1,9 @@
 /* The decisions of the GPU half path that need no device, as plain C (no
  * CUDA types), so that the host tests exercise them (tests/cuda/
  * gpu_plan_test.c): a convolution's dimensions as cuDNN is given them, the
- * choice among cuDNN's ranked algorithms, and darknet's row-major GEMM
- * written as the column-major call cuBLAS takes.
+ * choice among cuDNN's ranked algorithms, darknet's row-major GEMM written
+ * as the column-major call cuBLAS takes, and where the activation plan's
+ * half tensors go on the device.
  */
 #ifndef AMP_GPU_PLAN_H
 #define AMP_GPU_PLAN_H
@@ -65,5 +66,21 @@ typedef struct amp_gemm_call {
 } amp_gemm_call;
 
 amp_gemm_call amp_gemm_colmajor(int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc);
+
+/* The activation plan's half tensors on the device, in one allocation (the
+ * arena): every half output, then every half batch-norm input (x), each
+ * at a multiple of AMP_GPU_ARENA_ALIGN bytes, then the pool of half deltas
+ * (amp_plan_delta_pool_aligned with AMP_GPU_DELTA_ALIGN elements: every
+ * delta 16-byte aligned, as tail.cu's vector passes require). Per layer
+ * i < n: out_n[i] and x_n[i] the elements of its half output and half x (0:
+ * none), delta_off[i] its delta's offset in the pool (elements; read where
+ * out_n[i] > 0), pool_n the pool's elements. Writes the byte offsets
+ * out_at, x_at, delta_at (AMP_GPU_NOWHERE where none) and returns the
+ * arena's bytes. */
+#define AMP_GPU_ARENA_ALIGN ((size_t)256)
+#define AMP_GPU_DELTA_ALIGN ((size_t)8)
+#define AMP_GPU_NOWHERE ((size_t)-1)
+size_t amp_gpu_arena(int n, const size_t *out_n, const size_t *x_n, const size_t *delta_off,
+                     size_t pool_n, size_t *out_at, size_t *x_at, size_t *delta_at);
 
 #endif

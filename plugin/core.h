@@ -519,6 +519,10 @@ void amp_plan_bytes(const amp_net *an, double *fp32, double *planned);
  * delta_from); offset[i] for every out_half layer. Returns the pool's size
  * in elements. */
 size_t amp_plan_delta_pool(const amp_net *an, size_t *offset);
+/* The same with every delta's place rounded up to a multiple of align
+ * elements, so that each starts at a multiple of align (a device's vector
+ * accesses: 8 elements, 16 bytes). */
+size_t amp_plan_delta_pool_aligned(const amp_net *an, size_t *offset, size_t align);
 /* The layer that wrote the tensor layer i reads as its k-th input (-1: the
  * network's input); the number of inputs. */
 int amp_plan_inputs(const network *net, int i, int *src, int max);

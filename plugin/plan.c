@@ -101,10 +101,22 @@ void amp_plan_make(amp_net *an)
     free(cand);
 }
 
+/* n rounded up to a multiple of align */
+static size_t rounded_up(size_t n, size_t align)
+{
+    return (n + align - 1) / align * align;
+}
+
 size_t amp_plan_delta_pool(const amp_net *an, size_t *offset)
+{
+    return amp_plan_delta_pool_aligned(an, offset, 1);
+}
+
+size_t amp_plan_delta_pool_aligned(const amp_net *an, size_t *offset, size_t align)
 {
     const network *net = an->net;
     size_t total = 0;
+    if (align < 1) align = 1;
     /* first fit, in the order the deltas come alive (backward: from the last
      * layer): each at the lowest offset where no delta placed before it that
      * is alive at the same time lies */
@@ -112,7 +124,7 @@ size_t amp_plan_delta_pool(const amp_net *an, size_t *offset)
         for (int i = 0; i < net->n; ++i) {
             const amp_layer *al = &an->layers[i];
             if (!al->out_half || al->delta_from != from) continue;
-            const size_t n = (size_t)net->layers[i].outputs * net->layers[i].batch;
+            const size_t n = rounded_up((size_t)net->layers[i].outputs * net->layers[i].batch, align);
             size_t at = 0;
             for (int moved = 1; moved;) {
                 moved = 0;
@@ -122,7 +134,8 @@ size_t amp_plan_delta_pool(const amp_net *an, size_t *offset)
                         (o->delta_from == from && k >= i) || /* placed before */
                         k > from || o->delta_from < i) /* alive at the same time? */
                         continue;
-                    const size_t on = (size_t)net->layers[k].outputs * net->layers[k].batch;
+                    const size_t on =
+                        rounded_up((size_t)net->layers[k].outputs * net->layers[k].batch, align);
                     if (offset[k] < at + n && at < offset[k] + on) {
                         at = offset[k] + on;
                         moved = 1;

@@ -94,12 +94,19 @@ static void check_rules(network *net, const char *dt)
 
 /* Deltas alive at the same time (closed intervals [writer, last reader]) must
  * not overlap in the pool. */
-static void check_pool(network *net, const char *dt)
+static void check_pool_aligned(network *net, const char *dt, size_t align)
 {
     const amp_net *an = amp_net_of(net);
     size_t *off = calloc((size_t)net->n, sizeof *off), sum = 0;
-    const size_t total = amp_plan_delta_pool(an, off);
-    int clashes = 0, pairs = 0;
+    const size_t total = amp_plan_delta_pool_aligned(an, off, align);
+    int clashes = 0, pairs = 0, misplaced = 0, odd = 0;
+    for (int i = 0; i < net->n; ++i) {
+        misplaced += an->layers[i].out_half && off[i] % align != 0;
+        odd += an->layers[i].out_half &&
+               (size_t)net->layers[i].outputs * net->layers[i].batch % align != 0;
+    }
+    CHECK(misplaced == 0, "%s: every delta at a multiple of %zu elements (%d not; %d of the deltas' "
+                          "sizes are no multiple)", dt, align, misplaced, odd);
     for (int i = 0; i < net->n; ++i) {
         const amp_layer *a = &an->layers[i];
         if (!a->out_half) continue;
@@ -115,9 +122,17 @@ static void check_pool(network *net, const char *dt)
     }
     free(off);
     CHECK(clashes == 0, "%s: of %d pairs of deltas alive at the same time, %d share storage "
-                        "(pool %zu elements, %zu without sharing)", dt, pairs, clashes, total, sum);
+                        "(pool %zu elements placed at multiples of %zu, %zu without sharing)",
+          dt, pairs, clashes, total, align, sum);
     CHECK(total < sum, "%s: the pool (%zu elements) is smaller than the deltas (%zu)", dt, total,
           sum);
+}
+
+/* The CPU's pool, and the device's (each delta 16 bytes aligned) */
+static void check_pool(network *net, const char *dt)
+{
+    check_pool_aligned(net, dt, 1);
+    check_pool_aligned(net, dt, 8);
 }
 
 static void step(network *net, unsigned seed)

@@ -15,6 +15,8 @@
  *   and the same from the activation plan's NHWC input and gradient (col
  *   gathered from NHWC, dy read transposed in place);
  * - the NHWC index functions (math/nhwc.h) against darknet's NCHW order;
+ * - the activation plan's arena on the device (amp_gpu_arena): every half
+ *   tensor aligned, none overlapping another, the deltas inside the pool;
  * - the chunk sizes: within the byte limit, K within an int, at least 1.
  */
 #include "check.h"
@@ -203,6 +205,46 @@ int main(void)
         CHECK(bad == 0, "NHWC indexes of %ld elements: each once, the NCHW element's (%ld wrong)",
               n, bad);
         free(seen);
+    }
+
+    /* The activation plan's arena on the device: six layers, two without
+     * half tensors; the deltas' pool offsets as amp_plan_delta_pool_aligned
+     * makes them (multiples of 8 elements, two sharing storage). */
+    {
+        enum { NL = 6 };
+        const size_t out_n[NL] = {1000, 0, 37, 4096, 12, 0}, x_n[NL] = {1000, 0, 0, 4096, 0, 0};
+        const size_t delta_off[NL] = {0, 0, 4096, 0, 4136, 0}, pool_n = 4148;
+        size_t out_at[NL], x_at[NL], delta_at[NL];
+        const size_t bytes = amp_gpu_arena(NL, out_n, x_n, delta_off, pool_n, out_at, x_at, delta_at);
+        /* every placed tensor as a byte interval; none may overlap another
+         * (the deltas: only inside the pool, which they share by design) */
+        size_t lo[2 * NL + 1], hi[2 * NL + 1];
+        int m = 0, misaligned = 0, wrong_none = 0;
+        for (int i = 0; i < NL; ++i) {
+            wrong_none += (out_n[i] == 0) != (out_at[i] == AMP_GPU_NOWHERE);
+            wrong_none += (x_n[i] == 0) != (x_at[i] == AMP_GPU_NOWHERE);
+            wrong_none += (out_n[i] == 0) != (delta_at[i] == AMP_GPU_NOWHERE);
+            if (out_n[i]) lo[m] = out_at[i], hi[m++] = out_at[i] + 2 * out_n[i];
+            if (x_n[i]) lo[m] = x_at[i], hi[m++] = x_at[i] + 2 * x_n[i];
+            misaligned += out_n[i] && out_at[i] % AMP_GPU_ARENA_ALIGN;
+            misaligned += x_n[i] && x_at[i] % AMP_GPU_ARENA_ALIGN;
+            misaligned += out_n[i] && delta_at[i] % 16;
+        }
+        size_t pool = AMP_GPU_NOWHERE;
+        for (int i = 0; i < NL; ++i)
+            if (out_n[i] && delta_at[i] - 2 * delta_off[i] < pool) pool = delta_at[i] - 2 * delta_off[i];
+        lo[m] = pool, hi[m++] = pool + 2 * pool_n;
+        int overlaps = 0, outside = 0;
+        for (int a = 0; a < m; ++a)
+            for (int b = a + 1; b < m; ++b) overlaps += lo[a] < hi[b] && lo[b] < hi[a];
+        for (int i = 0; i < NL; ++i)
+            outside += out_n[i] && (delta_at[i] < pool || delta_at[i] + 2 * out_n[i] > pool + 2 * pool_n ||
+                                    hi[m - 1] > bytes);
+        CHECK(overlaps == 0 && outside == 0 && misaligned == 0 && wrong_none == 0 &&
+                  bytes == 2048 + 256 + 8192 + 2048 + 256 + 8192 + 8448,
+              "the plan's arena: %d overlapping tensors, %d deltas outside the pool, %d misaligned "
+              "(outputs and x at 256 bytes, deltas at 16), %d absent tensors placed or placed ones "
+              "absent; %zu bytes (expected 29440)", overlaps, outside, misaligned, wrong_none, bytes);
     }
 
     /* Chunk sizes. */

@@ -37,4 +37,20 @@ static int failures;
     } while (0)
 #define ERR err_, sizeof err_
 
+/* 1 where a CUDA device is usable; else 0, SKIP said (the test exits 77). */
+static int device_present(void)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) == cudaSuccess && ndev >= 1) return 1;
+    printf("SKIP: no usable CUDA device\n");
+    return 0;
+}
+
+/* The last line and the exit status: the failed checks counted. */
+static int device_report(void)
+{
+    printf("%s: %d failed checks\n", failures ? "FAIL" : "PASS", failures);
+    return failures != 0;
+}
+
 #endif

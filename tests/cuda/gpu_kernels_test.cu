@@ -438,17 +438,12 @@ static void weight_gradient(void)
 
 int main(void)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
-        printf("SKIP: no usable CUDA device\n");
-        return 77;
-    }
+    if (!device_present()) return 77;
     conversions();
     rounding();
     unscale_check();
     scale_trace();
     clip();
     weight_gradient();
-    printf("%s: %d failed checks\n", failures ? "FAIL" : "PASS", failures);
-    return failures != 0;
+    return device_report();
 }

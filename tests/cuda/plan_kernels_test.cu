@@ -566,16 +566,11 @@ static void im2col_nhwc(void)
 
 int main(void)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
-        printf("SKIP: no usable CUDA device\n");
-        return 77;
-    }
+    if (!device_present()) return 77;
     conversions();
     tails();
     maxpools();
     upsample_route_shortcut();
     im2col_nhwc();
-    printf("%s: %d failed checks\n", failures ? "FAIL" : "PASS", failures);
-    return failures != 0;
+    return device_report();
 }

@@ -280,11 +280,15 @@ static void poke_delta(amp_net *an, const layer *l, size_t i, float value)
 
 static amp_status layer_install(amp_layer *al, layer *l, char *err, size_t errlen)
 {
-    return amp_cuda_layer_install(al, l, gpu_of(al->owner)->half, err, errlen);
+    amp_gpu_half_ctx *ctx = gpu_of(al->owner)->half;
+    AMP_FORWARD_IF_ERROR(amp_cuda_layer_install(al, l, ctx, err, errlen));
+    al->io = amp_cuda_layer_io(al, l, ctx); /* what the activation plan may store around it */
+    return AMP_OK;
 }
 
 static amp_status layer_fallback(amp_layer *al, layer *l, char *err, size_t errlen)
 {
+    al->io = AMP_IO_FLOAT32;
     return amp_cuda_layer_fallback(al, l, gpu_of(al->owner)->half, err, errlen);
 }
 
@@ -364,6 +368,16 @@ static amp_status net_init(amp_net *an, char *err, size_t errlen)
                         "weight gradient in float32) or cudnn (cuDNN's, in half)",
                         wg);
     g->half->wgrad_cudnn = wg && !strcmp(wg, "cudnn");
+    /* DARKNET_AMP_GPU_PLAN=half: the activation plan on the device
+     * (activations.c); float32 (the default for now) keeps every tensor
+     * between layers in darknet's float32 arrays */
+    const char *pl = getenv("DARKNET_AMP_GPU_PLAN");
+    AMP_RETURN_ERROR_IF(pl && *pl && strcmp(pl, "half") && strcmp(pl, "float32"), AMP_ERR_INVALID,
+                        err, errlen,
+                        "amp: DARKNET_AMP_GPU_PLAN=%.32s: expected half (the activation plan on "
+                        "the GPU) or float32 (the default: float32 tensors between layers)",
+                        pl);
+    g->half->plan = pl && !strcmp(pl, "half");
     if (an->env.profile) g->prof = amp_gpu_prof_new(); /* NULL: not timed */
     if (an->comm) { /* data-parallel: NCCL's communicator, its id from rank 0 over MPI */
 #ifdef AMP_HAVE_NCCL
@@ -416,8 +430,10 @@ static void net_free(amp_net *an)
 /* backend.h's supports: convolutions and deconvolutions through cuDNN,
  * connected layers through cuBLAS, and the recurrent layers whose
  * sub-layers are connected (rnn, gru, lstm; not crnn's convolutions). No
- * half form for locally connected layers, none for data movement yet: every
- * tensor between layers is float32 on the GPU (docs/gpu.md). */
+ * half form for locally connected layers. The data-movement kinds' half
+ * forms (maxpool, route, upsample, shortcut) run only under the activation
+ * plan, which DARKNET_AMP_GPU_PLAN=half turns on (activations.c): here they
+ * are not offered, so the kinds' table tests them in float32. */
 static int supports(const amp_layer_kind *k, amp_dtype dtype)
 {
     if (!k || dtype == AMP_DTYPE_FLOAT32) return 0;
@@ -461,6 +477,8 @@ const amp_backend_ops amp_cuda_backend = {
     .pull = pull,
     .push = push,
     .layer_fallback = layer_fallback,
+    .activations = amp_cuda_activations,
+    .activations_release = amp_cuda_activations_release,
     .nonfinite_output = amp_cuda_nonfinite_output,
     .prof_begin = prof_begin,
     .prof_end = prof_end,

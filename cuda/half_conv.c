@@ -47,6 +47,7 @@ void smooth_layer(layer l, int size, float rate);
 
 struct amp_cudnn_conv {
     int batch, h, w; /* the shape set up for; batch 0: none yet */
+    int planned;     /* and the layout: the activation plan's NHWC, else NCHW */
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t wd;
     cudnnConvolutionDescriptor_t conv;
@@ -96,18 +97,29 @@ void amp_cudnn_conv_free(amp_gpu_half *h)
     } while (0)
 
 /* The two algorithms for the descriptors as set, with their math types
- * and the workspace they need, or why not. */
+ * and the workspace they need, or why not: cuDNN's heuristics, or (find)
+ * its measurement of each candidate on this shape (cudnnFind*: the
+ * planned form, once per shape; the heuristics pick algorithms up to 3x
+ * slower on some 1x1 convolutions of 13x13 maps, docs/gpu.md). */
 static amp_status choose_algorithms(struct amp_cudnn_conv *c, cudnnHandle_t handle, int filter,
-                                    char *why, size_t whylen)
+                                    int find, char *why, size_t whylen)
 {
     int n = 0;
     cudnnConvolutionFwdAlgoPerf_t fperf[16];
-    CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, c->x, c->wd, c->conv, c->y, 16, &n,
-                                                 fperf));
+    if (find)
+        CHECK(cudnnFindConvolutionForwardAlgorithm(handle, c->x, c->wd, c->conv, c->y, 16, &n,
+                                                   fperf));
+    else
+        CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, c->x, c->wd, c->conv, c->y, 16, &n,
+                                                     fperf));
     PICK(fperf, n, c->fwd, c->fwd_math, "forward");
     cudnnConvolutionBwdDataAlgoPerf_t dperf[16];
-    CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, c->wd, c->y, c->conv, c->x, 16, &n,
-                                                      dperf));
+    if (find)
+        CHECK(cudnnFindConvolutionBackwardDataAlgorithm(handle, c->wd, c->y, c->conv, c->x, 16,
+                                                        &n, dperf));
+    else
+        CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, c->wd, c->y, c->conv, c->x, 16,
+                                                          &n, dperf));
     PICK(dperf, n, c->bwd_data, c->bwd_data_math, "backward-data");
     size_t a = 0, b = 0;
     CHECK(cudnnSetConvolutionMathType(c->conv, c->fwd_math));
@@ -172,19 +184,23 @@ static const char *amp_cudnn_math_name(cudnnMathType_t m)
 
 /* Descriptors, algorithms and workspace for l's current shape, or why not.
  * Does nothing when the shape is the one set up. */
-static amp_status ensure_shape(amp_gpu_half *h, const layer *l, char *why, size_t whylen)
+static amp_status ensure_shape(amp_layer *al, const layer *l, char *why, size_t whylen)
 {
+    amp_gpu_half *h = amp_gpu_half_of(al);
     struct amp_cudnn_conv *c = h->conv;
-    if (c->batch == l->batch && c->h == l->h && c->w == l->w) return AMP_OK;
+    if (c->batch == l->batch && c->h == l->h && c->w == l->w && c->planned == h->planned)
+        return AMP_OK;
     amp_conv_dims d;
     AMP_FORWARD_IF_ERROR(amp_conv_dims_make(l->batch, l->c, l->h, l->w, l->n, l->size, l->stride,
                                             l->pad, l->groups, l->out_h, l->out_w, &d, why,
                                             whylen));
     cudnnDataType_t dt = h->dtype == AMP_DTYPE_BFLOAT16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+    /* the activation plan's tensors and filters are NHWC (activations.c) */
+    const cudnnTensorFormat_t f = h->planned ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     c->batch = 0; /* until all of it is set */
-    CHECK(cudnnSetTensor4dDescriptor(c->x, CUDNN_TENSOR_NCHW, dt, d.n, d.c, d.h, d.w));
-    CHECK(cudnnSetTensor4dDescriptor(c->y, CUDNN_TENSOR_NCHW, dt, d.n, d.k, d.out_h, d.out_w));
-    CHECK(cudnnSetFilter4dDescriptor(c->wd, dt, CUDNN_TENSOR_NCHW, d.k, d.cg, d.size, d.size));
+    CHECK(cudnnSetTensor4dDescriptor(c->x, f, dt, d.n, d.c, d.h, d.w));
+    CHECK(cudnnSetTensor4dDescriptor(c->y, f, dt, d.n, d.k, d.out_h, d.out_w));
+    CHECK(cudnnSetFilter4dDescriptor(c->wd, dt, f, d.k, d.cg, d.size, d.size));
     /* float32 compute type: products and sums in float32 (cuDNN's
      * PSEUDO_HALF / PSEUDO_BFLOAT16 configurations), as on the CPU. */
     CHECK(cudnnSetConvolution2dDescriptor(c->conv, d.pad, d.pad, d.stride, d.stride, 1, 1,
@@ -198,13 +214,25 @@ static amp_status ensure_shape(amp_gpu_half *h, const layer *l, char *why, size_
                         "cuDNN's output %dx%dx%dx%d is not darknet's %dx%dx%dx%d", on, oc, oh, ow,
                         d.n, d.k, d.out_h, d.out_w);
     amp_gpu_half_ctx *x = h->ctx;
-    AMP_FORWARD_IF_ERROR(choose_algorithms(c, cudnn_handle(), x->wgrad_cudnn, why, whylen));
+    const int wgrad_cudnn = x->wgrad_cudnn && !h->planned;
+    AMP_FORWARD_IF_ERROR(
+        choose_algorithms(c, cudnn_handle(), wgrad_cudnn, h->planned, why, whylen));
     size_t nin = (size_t)l->inputs * l->batch, nout = (size_t)l->outputs * l->batch;
     AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->ws, c->ws_bytes, why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->x, nin * sizeof(uint16_t), why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->y, nout * sizeof(uint16_t), why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->dx, nin * sizeof(uint16_t), why, whylen));
-    if (x->wgrad_cudnn) {
+    /* The shared scratch a call needs: on the plan only at a region's edges
+     * (a float32 input converted, its data gradient widened; a float32
+     * output's convolution and incoming gradient in half). */
+    const int in_half = h->planned && amp_cuda_input_half(al);
+    const int out_half = h->planned && al->out_half;
+    if (!in_half) {
+        AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->x, nin * sizeof(uint16_t), why, whylen));
+        AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->dx, nin * sizeof(uint16_t), why, whylen));
+    }
+    if (!out_half)
+        AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->y, nout * sizeof(uint16_t), why, whylen));
+    if (h->planned && !in_half)
+        AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->t, nin * sizeof(float), why, whylen));
+    if (wgrad_cudnn) {
         /* dW / 2^k within float16's range: darknet's loss sums the batch */
         c->wgrad_shift = 0;
         while ((1 << c->wgrad_shift) < d.n && c->wgrad_shift < 24) ++c->wgrad_shift;
@@ -216,7 +244,7 @@ static amp_status ensure_shape(amp_gpu_half *h, const layer *l, char *why, size_
                  amp_cudnn_bwd_data_name(c->bwd_data), amp_cudnn_math_name(c->bwd_data_math),
                  (int)c->bwd_filter, amp_cudnn_math_name(c->bwd_filter_math), c->wgrad_shift,
                  (double)c->ws_bytes / 1048576.0);
-        c->batch = l->batch, c->h = l->h, c->w = l->w;
+        c->batch = l->batch, c->h = l->h, c->w = l->w, c->planned = h->planned;
         return AMP_OK;
     }
     /* the weight gradient's operands per image: im2col columns, gradient by channel */
@@ -226,21 +254,26 @@ static amp_status ensure_shape(amp_gpu_half *h, const layer *l, char *why, size_
     const size_t nb = (size_t)c->wgrad_images;
     AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->col, (size_t)d.c * d.size * d.size * ohw * nb *
                                                       sizeof(uint16_t), why, whylen));
-    AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->dyc, (size_t)d.k * ohw * nb * sizeof(uint16_t), why,
-                                         whylen));
+    if (!h->planned) /* the plan's GEMM reads the NHWC gradient in place */
+        AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->dyc, (size_t)d.k * ohw * nb * sizeof(uint16_t),
+                                             why, whylen));
     snprintf(c->detail, sizeof c->detail,
-             "cuDNN forward %s%s, backward-data %s%s, weight gradient cuBLAS float32 "
+             "cuDNN %s forward %s%s, backward-data %s%s, weight gradient cuBLAS float32 "
              "(%d images per GEMM); workspace %.1f MiB",
-             amp_cudnn_fwd_name(c->fwd), amp_cudnn_math_name(c->fwd_math),
+             h->planned ? "NHWC (measured)" : "NCHW", amp_cudnn_fwd_name(c->fwd),
+             amp_cudnn_math_name(c->fwd_math),
              amp_cudnn_bwd_data_name(c->bwd_data), amp_cudnn_math_name(c->bwd_data_math),
              c->wgrad_images, (double)c->ws_bytes / 1048576.0);
-    c->batch = l->batch, c->h = l->h, c->w = l->w;
+    c->batch = l->batch, c->h = l->h, c->w = l->w, c->planned = h->planned;
     return AMP_OK;
 }
 
 amp_status amp_cudnn_conv_setup(amp_layer *al, const layer *l, char *why, size_t whylen)
 {
     amp_gpu_half *h = amp_gpu_half_of(al);
+    h->w_k = l->n;
+    h->w_c = l->c / (l->groups > 0 ? l->groups : 1);
+    h->w_hw = l->size * l->size;
     struct amp_cudnn_conv *c = calloc(1, sizeof *c);
     AMP_RETURN_ERROR_IF(!c, AMP_ERR_NOMEM, why, whylen, "out of memory");
     h->conv = c;
@@ -249,17 +282,179 @@ amp_status amp_cudnn_conv_setup(amp_layer *al, const layer *l, char *why, size_t
     CHECK(cudnnCreateTensorDescriptor(&c->y));
     CHECK(cudnnCreateFilterDescriptor(&c->wd));
     CHECK(cudnnCreateConvolutionDescriptor(&c->conv));
-    return ensure_shape(h, l, why, whylen);
+    return ensure_shape(al, l, why, whylen);
 }
 
 #undef CHECK
+
+/* ---- the planned form: NHWC half tensors (activations.c) ---- */
+
+/* The tail's arguments for l on the plan's storage (tail.cu). */
+static amp_cuda_tail planned_tail(const amp_gpu_half *h, const layer *l, const network *net)
+{
+    amp_cuda_tail t = {0};
+    t.positions = (long)l->batch * l->out_h * l->out_w;
+    t.c = l->out_c;
+    t.bf16 = h->dtype == AMP_DTYPE_BFLOAT16;
+    t.act = (int)l->activation;
+    t.batch_normalize = l->batch_normalize;
+    t.cudnn = 1; /* darknet's GPU layers normalise with cuDNN's formula */
+    t.train = net->train;
+    t.x = h->x_h;
+    t.y = (uint16_t *)l->output_gpu;
+    t.dh = h->delta_h;
+    t.scales = l->scales_gpu, t.biases = l->biases_gpu;
+    t.mean = l->mean_gpu, t.variance = l->variance_gpu;
+    t.rolling_mean = l->rolling_mean_gpu, t.rolling_variance = l->rolling_variance_gpu;
+    t.bias_updates = l->bias_updates_gpu, t.scale_updates = l->scale_updates_gpu;
+    t.mean_delta = l->mean_delta_gpu, t.variance_delta = l->variance_delta_gpu;
+    t.work = h->ctx->tw.p;
+    return t;
+}
+
+/* The layer's input as an NHWC half tensor: the previous layer's half
+ * output in place, or net.input_gpu (float32 NCHW) converted into scratch. */
+static amp_status planned_input(amp_layer *al, const layer *l, const network *net,
+                                const uint16_t **in, char *err, size_t errlen)
+{
+    amp_gpu_half *h = amp_gpu_half_of(al);
+    if (amp_cuda_input_half(al)) {
+        *in = (const uint16_t *)net->input_gpu;
+        return AMP_OK;
+    }
+    AMP_GPU_RUN(al, AMP_PROF_CONVERT,
+                amp_cuda_to_half_nhwc(net->input_gpu, h->ctx->x.p, l->batch, l->c, l->c,
+                                      (long)l->h * l->w, h->dtype, 0, err, errlen));
+    *in = h->ctx->x.p;
+    return AMP_OK;
+}
+
+/* Forward: the convolution into the half batch-norm input (x_h), or the
+ * half output itself; then tail.cu's tail in one pass into the output. A
+ * float32 output (read by a layer outside the plan): the convolution into
+ * scratch, widened into output_gpu, and darknet's float32 tail. */
+static amp_status planned_forward(amp_layer *al, layer l, network net, char *err, size_t errlen)
+{
+    amp_gpu_half *h = amp_gpu_half_of(al);
+    struct amp_cudnn_conv *c = h->conv;
+    amp_gpu_half_ctx *x = h->ctx;
+    const float one = 1, zero = 0;
+    const uint16_t *w = NULL, *in = NULL;
+    AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_gpu_half_weights(al, l.weights_gpu, &w, err, errlen));
+    AMP_FORWARD_IF_ERROR(planned_input(al, &l, &net, &in, err, errlen));
+    void *out = h->x_h ? (void *)h->x_h : al->out_half ? (void *)l.output_gpu : x->y.p;
+    AMP_FORWARD_IF_ERROR(
+        AMP_CUDNN_CHECK(cudnnSetConvolutionMathType(c->conv, c->fwd_math), err, errlen));
+    AMP_GPU_RUN(al, AMP_PROF_KERNEL,
+                AMP_CUDNN_CHECK(cudnnConvolutionForward(cudnn_handle(), &one, c->x, in, c->wd, w,
+                                                        c->conv, c->fwd, x->ws.p, c->ws_bytes,
+                                                        &zero, c->y, out),
+                                err, errlen));
+    if (al->out_half) {
+        const amp_cuda_tail t = planned_tail(h, &l, &net);
+        AMP_GPU_RUN(al, AMP_PROF_KERNEL, amp_cuda_tail_forward(&t, 0, err, errlen));
+        return AMP_OK;
+    }
+    AMP_GPU_RUN(al, AMP_PROF_CONVERT,
+                amp_cuda_from_half_nhwc(x->y.p, l.output_gpu, l.batch, l.out_c, l.out_c,
+                                        (long)l.out_h * l.out_w, h->dtype, 0, err, errlen));
+    if (l.batch_normalize) forward_batchnorm_layer_gpu(l, net);
+    else add_bias_gpu(l.output_gpu, l.biases_gpu, l.batch, l.n, l.out_w * l.out_h);
+    activate_array_keep_gpu(l.output_gpu, l.outputs * l.batch, l.activation,
+                            l.activation_input_gpu);
+    return AMP_OK;
+}
+
+/* The weight gradient from NHWC tensors, summed in float32 into
+ * weight_updates_gpu: per chunk of images the input's im2col columns
+ * (gathered from NHWC, wgrad_index.h), and per group one GEMM reading the
+ * NHWC gradient in place, transposed (darknet's row-major terms:
+ * dW[ng][cols] += dy[K][n]^T(group's columns) col[cols][K]^T). */
+static amp_status planned_weight_gradient(amp_layer *al, const struct amp_cudnn_conv *c,
+                                          const layer *l, const uint16_t *in,
+                                          const uint16_t *dy, amp_gpu_half_ctx *x,
+                                          amp_dtype dtype, char *err, size_t errlen)
+{
+    const int g = l->groups > 0 ? l->groups : 1, cg = l->c / g, ng = l->n / g;
+    const int cols = cg * l->size * l->size;
+    const size_t ohw = (size_t)l->out_h * l->out_w, chw = (size_t)l->c * l->h * l->w;
+    for (int b0 = 0; b0 < l->batch; b0 += c->wgrad_images) {
+        const int nb = l->batch - b0 < c->wgrad_images ? l->batch - b0 : c->wgrad_images;
+        const int k = nb * (int)ohw; /* amp_wgrad_chunk keeps it an int */
+        const amp_im2col_dims d = {nb, l->c, l->h, l->w, l->size, l->stride, l->pad,
+                                   l->out_h, l->out_w};
+        uint16_t *col = x->col.p;
+        const uint16_t *yb = dy + (size_t)b0 * l->n * ohw;
+        AMP_GPU_RUN(al, AMP_PROF_CONVERT,
+                    amp_cuda_im2col_half_nhwc(in + (size_t)b0 * chw, d, l->c, col, 0, err,
+                                              errlen));
+        for (int j = 0; j < g; ++j)
+            AMP_GPU_RUN(al, AMP_PROF_KERNEL,
+                        amp_gpu_gemm_half(dtype, 1, 1, ng, cols, k, yb + (size_t)j * ng, l->n,
+                                          col + (size_t)j * cols * k, k, 1,
+                                          l->weight_updates_gpu + (size_t)j * ng * cols, cols,
+                                          err, errlen));
+    }
+    return AMP_OK;
+}
+
+/* Backward: the deltas this layer last reads zeroed; the tail's gradient
+ * (tail.cu, into the half delta; or darknet's float32 tail, then rounded
+ * into scratch); the weight gradient in float32; the data gradient added
+ * by cuDNN (beta 1, its blend in float32) into the previous layer's half
+ * delta, or widened and added into its float32 delta. */
+static amp_status planned_backward(amp_layer *al, layer l, network net, char *err, size_t errlen)
+{
+    amp_gpu_half *h = amp_gpu_half_of(al);
+    struct amp_cudnn_conv *c = h->conv;
+    amp_gpu_half_ctx *x = h->ctx;
+    AMP_FORWARD_IF_ERROR(amp_cuda_deltas_begin(al->owner, al->index, err, errlen));
+    const uint16_t *dy = h->delta_h;
+    if (al->out_half) {
+        const amp_cuda_tail t = planned_tail(h, &l, &net);
+        AMP_GPU_RUN(al, AMP_PROF_KERNEL, amp_cuda_tail_backward(&t, 0, err, errlen));
+    } else {
+        gradient_array_gpu(activation_needs_input(l.activation) ? l.activation_input_gpu
+                                                                : l.output_gpu,
+                           l.outputs * l.batch, l.activation, l.delta_gpu);
+        if (l.batch_normalize) backward_batchnorm_layer_gpu(l, net);
+        else backward_bias_gpu(l.bias_updates_gpu, l.delta_gpu, l.batch, l.n, l.out_w * l.out_h);
+        AMP_GPU_RUN(al, AMP_PROF_CONVERT,
+                    amp_cuda_to_half_nhwc(l.delta_gpu, x->y.p, l.batch, l.out_c, l.out_c,
+                                          (long)l.out_h * l.out_w, h->dtype, 0, err, errlen));
+        dy = x->y.p;
+    }
+    const float one = 1, zero = 0;
+    const uint16_t *w = NULL, *in = NULL;
+    AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_gpu_half_weights(al, l.weights_gpu, &w, err, errlen));
+    AMP_FORWARD_IF_ERROR(planned_input(al, &l, &net, &in, err, errlen));
+    AMP_FORWARD_IF_ERROR(planned_weight_gradient(al, c, &l, in, dy, x, h->dtype, err, errlen));
+    uint16_t *prev = amp_cuda_half_delta(al->owner, al->index - 1);
+    if (!prev && !net.delta_gpu) return AMP_OK;
+    AMP_FORWARD_IF_ERROR(
+        AMP_CUDNN_CHECK(cudnnSetConvolutionMathType(c->conv, c->bwd_data_math), err, errlen));
+    AMP_GPU_RUN(al, AMP_PROF_KERNEL,
+                AMP_CUDNN_CHECK(cudnnConvolutionBackwardData(
+                                    cudnn_handle(), &one, c->wd, w, c->y, dy, c->conv,
+                                    c->bwd_data, x->ws.p, c->ws_bytes, prev ? &one : &zero, c->x,
+                                    prev ? (void *)prev : x->dx.p),
+                                err, errlen));
+    if (prev) return AMP_OK;
+    const size_t nin = (size_t)l.inputs * l.batch;
+    AMP_GPU_RUN(al, AMP_PROF_CONVERT,
+                amp_cuda_from_half_nhwc(x->dx.p, x->t.p, l.batch, l.c, l.c, (long)l.h * l.w,
+                                        h->dtype, 0, err, errlen));
+    axpy_gpu((int)nin, 1, x->t.p, 1, net.delta_gpu, 1);
+    return AMP_OK;
+}
 
 static amp_status forward(amp_layer *al, layer l, network net, char *err, size_t errlen)
 {
     amp_gpu_half *h = amp_gpu_half_of(al);
     struct amp_cudnn_conv *c = h->conv;
     amp_gpu_half_ctx *x = h->ctx;
-    AMP_FORWARD_IF_ERROR(ensure_shape(h, &l, err, errlen));
+    AMP_FORWARD_IF_ERROR(ensure_shape(al, &l, err, errlen));
+    if (h->planned) return planned_forward(al, l, net, err, errlen);
     size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
     const float one = 1, zero = 0;
     const uint16_t *w = NULL;
@@ -317,7 +512,8 @@ static amp_status backward(amp_layer *al, layer l, network net, char *err, size_
     amp_gpu_half *h = amp_gpu_half_of(al);
     struct amp_cudnn_conv *c = h->conv;
     amp_gpu_half_ctx *x = h->ctx;
-    AMP_FORWARD_IF_ERROR(ensure_shape(h, &l, err, errlen));
+    AMP_FORWARD_IF_ERROR(ensure_shape(al, &l, err, errlen));
+    if (h->planned) return planned_backward(al, l, net, err, errlen);
     size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
     /* darknet's float32 tail gradients, as in backward_convolutional_layer_gpu */
     if (l.smooth) smooth_layer(l, 5, l.smooth);

@@ -48,6 +48,11 @@ typedef struct amp_gpu_half_ctx {
     amp_gpu_scratch dyc; /* half: its incoming gradient by channel (wgrad_index.h) */
     int wgrad_cudnn;     /* DARKNET_AMP_GPU_WGRAD=cudnn: cuDNN's half backward-filter, scaled
                             (a measurement of the alternative; half_conv.c) */
+    int plan;            /* DARKNET_AMP_GPU_PLAN=half: the activation plan on the device
+                            (activations.c) */
+    amp_gpu_scratch tw;  /* float32: the half tail's channel sums (tail.cu) */
+    int own_deltas;      /* each half delta its own storage, not the shared pool (the
+                            tests: every delta read after a backward) */
 } amp_gpu_half_ctx;
 
 struct amp_cudnn_conv; /* half_conv.c */
@@ -59,7 +64,15 @@ typedef struct amp_gpu_half {
     uint16_t *w;          /* half copy of the weights; NULL for a float32 layer */
     size_t nw;
     unsigned long w_version;
+    int w_k, w_c, w_hw;   /* with w_nhwc: the filters, channels per group, window */
+    int w_nhwc;           /* the copy in KRSC order (cuDNN's NHWC filters), else darknet's KCRS */
     struct amp_cudnn_conv *conv;
+    /* The activation plan (activations.c): */
+    int planned;          /* a convolution on NHWC half tensors (half_conv.c's planned form;
+                             its descriptors set up again when this changes) */
+    uint16_t *x_h;        /* its half batch-norm input (x_half with a half output), x_n values */
+    size_t x_n;
+    uint16_t *delta_h;    /* its half output's delta, in the network's pool */
 } amp_gpu_half;
 
 static inline amp_gpu_half *amp_gpu_half_of(const amp_layer *al)
@@ -153,6 +166,8 @@ typedef struct amp_gpu_net {
     float **grads;          /* per an->tensors entry: its device gradient */
     amp_gpu_half_ctx *half; /* scratch shared by the layers */
     amp_gpu_prof *prof;     /* DARKNET_AMP_PROFILE's device intervals, or NULL */
+    uint16_t *deltas;       /* the activation plan's pool of half deltas (deltas_n values) */
+    size_t deltas_n;
     struct ncclComm *nccl;  /* data-parallel (NCCL builds): the processes' communicator
                                (an ncclComm_t), or NULL; in every build, so that the
                                record has one layout in every file */
@@ -178,6 +193,19 @@ void amp_cuda_layer_free(amp_layer *al);
 amp_status amp_cuda_layer_fallback(amp_layer *al, layer *l, amp_gpu_half_ctx *ctx, char *err,
                                    size_t errlen);
 int amp_cuda_nonfinite_output(amp_net *an, int last, amp_overflow_scan *scan, int *params_finite);
+
+/* activations.c: the activation plan on the device (backend.h's activations
+ * and activations_release; DARKNET_AMP_GPU_PLAN=half): the io a layer offers
+ * the plan, the half delta of layer i's output (NULL: float32, or none),
+ * the deltas whose last reader is layer i zeroed (its backward's start). */
+amp_io amp_cuda_layer_io(const amp_layer *al, const layer *l, const amp_gpu_half_ctx *ctx);
+int amp_cuda_movement_has_half(const layer *l);
+amp_status amp_cuda_activations(amp_net *an, char *err, size_t errlen);
+void amp_cuda_activations_release(amp_net *an);
+uint16_t *amp_cuda_half_delta(const amp_net *an, int i);
+amp_status amp_cuda_deltas_begin(const amp_net *an, int i, char *err, size_t errlen);
+/* Whether half layer al reads the previous layer's half output. */
+int amp_cuda_input_half(const amp_layer *al);
 
 /* tables.c: the device array behind one of the core's forward states (an
  * amp_fwd_state), its layer's by kind: rolling_mean_gpu, rolling_variance_gpu,

@@ -53,9 +53,16 @@ amp_status amp_gpu_half_weights(amp_layer *al, const float *w_gpu, const uint16_
                                 size_t errlen)
 {
     amp_gpu_half *h = amp_gpu_half_of(al);
-    if (h->w_version != al->owner->weights_version) {
-        AMP_FORWARD_IF_ERROR(amp_cuda_to_half(w_gpu, h->w, h->nw, h->dtype, 0, err, errlen));
+    /* a planned convolution's filters in KRSC order (cuDNN's NHWC filters):
+     * darknet's KCRS as k images of c channels by size x size positions */
+    const int nhwc = h->planned;
+    if (h->w_version != al->owner->weights_version || h->w_nhwc != nhwc) {
+        AMP_FORWARD_IF_ERROR(
+            nhwc ? amp_cuda_to_half_nhwc(w_gpu, h->w, h->w_k, h->w_c, h->w_c, h->w_hw, h->dtype,
+                                         0, err, errlen)
+                 : amp_cuda_to_half(w_gpu, h->w, h->nw, h->dtype, 0, err, errlen));
         h->w_version = al->owner->weights_version;
+        h->w_nhwc = nhwc;
     }
     *w = h->w;
     return AMP_OK;

@@ -22,6 +22,7 @@ void amp_cuda_layer_free(amp_layer *al)
     al->detail = NULL; /* it lives in the convolution's record */
     amp_cudnn_conv_free(h);
     if (h->w) cudaFree(h->w);
+    if (h->x_h) cudaFree(h->x_h);
     free(h);
     al->bk = NULL;
 }
@@ -155,6 +156,23 @@ static int scan_device(amp_overflow_scan *dev, const float *x, size_t n, amp_ove
     return 0;
 }
 
+/* The same for n half values, widened into a buffer of their own. */
+static int scan_half(amp_overflow_scan *dev, const uint16_t *h, size_t n, amp_dtype dt,
+                     amp_overflow_scan *s)
+{
+    char err[AMP_MSG_LEN];
+    float *x = NULL;
+    if (AMP_CUDA_CHECK(cudaMalloc((void **)&x, n * sizeof(float)), err, sizeof err) != AMP_OK ||
+        amp_cuda_from_half(h, x, n, dt, 0, err, sizeof err) != AMP_OK) {
+        fprintf(stderr, "amp: GPU: looking for the layer that overflowed: %s\n", err);
+        if (x) cudaFree(x);
+        return -1;
+    }
+    const int r = scan_device(dev, x, n, s);
+    cudaFree(x);
+    return r;
+}
+
 /* backend.h's nonfinite_output, after a non-finite loss only: the first
  * layer up to last whose output (a batch-normalised layer's: its input to
  * batch-norm first, where a half overflow shows as inf) holds an inf or NaN,
@@ -169,9 +187,16 @@ int amp_cuda_nonfinite_output(amp_net *an, int last, amp_overflow_scan *scan, in
     for (int i = 0; i <= last && i < net->n && found < 0; ++i) {
         const layer *l = &net->layers[i];
         const size_t n = (size_t)l->outputs * l->batch;
+        const amp_layer *al = &an->layers[i];
+        const amp_gpu_half *h = al->bk ? amp_gpu_half_of(al) : NULL;
+        const amp_dtype dt = an->scaler->opt.dtype;
         amp_overflow_scan s = {0, 0.0f};
-        if (l->batch_normalize && l->x_gpu && scan_device(dev, l->x_gpu, n, &s) != 0) break;
-        if (!s.nonfinite && l->output_gpu && scan_device(dev, l->output_gpu, n, &s) != 0)
+        /* the activation plan's half tensors widened first (activations.c) */
+        if (h && h->x_h ? scan_half(dev, h->x_h, n, dt, &s) != 0
+                        : l->batch_normalize && l->x_gpu && scan_device(dev, l->x_gpu, n, &s) != 0)
+            break;
+        if (!s.nonfinite && (al->out_half ? scan_half(dev, (const uint16_t *)l->output_gpu, n, dt, &s) != 0
+                                          : l->output_gpu && scan_device(dev, l->output_gpu, n, &s) != 0))
             break;
         if (!s.nonfinite) continue;
         amp_overflow_scan p = {0, 0.0f}, q;

@@ -9,6 +9,8 @@
  */
 #include "core.h"
 
+#include "activations.h" /* activation_needs_input */
+
 /* ---- parameters ---- */
 
 static void conv_params(const layer *l, size_t *w, size_t *b, size_t *s)
@@ -142,4 +144,30 @@ double amp_kind_macs(const layer *l)
 {
     const amp_layer_kind *k = amp_kind_of(l->type);
     return k && k->macs ? k->macs(l) : 0;
+}
+
+/* ---- the shapes a half NHWC form carries (kinds.h) ---- */
+
+int amp_kind_half_shape(const layer *l)
+{
+    switch (l->type) {
+    case MAXPOOL: return 1;
+    case ROUTE: /* inputs of one spatial shape (darknet concatenates others flat) */
+        if (l->out_c <= 0 || (long)l->out_c * l->out_h * l->out_w != l->outputs) return 0;
+        for (int i = 0; i < l->n; ++i)
+            if (l->input_sizes[i] % (l->out_h * l->out_w)) return 0;
+        return 1;
+    case UPSAMPLE: return !l->reverse && l->scale == 1.0f;
+    case SHORTCUT:
+        return l->alpha == 1.0f && l->beta == 1.0f && l->w == l->out_w && l->h == l->out_h &&
+               l->c == l->out_c;
+    case REORG: /* darknet's permutation; flatten and extra are other layers */
+        return !l->flatten && !l->extra && l->stride > 0 && l->c % (l->stride * l->stride) == 0 &&
+               (long)l->out_c * l->out_h * l->out_w == l->outputs && l->outputs == l->inputs;
+    case AVGPOOL: return l->out_w == 1 && l->out_h == 1 && l->out_c == l->c;
+    case DROPOUT: return l->rand && l->outputs == l->inputs;
+    case ACTIVE: /* an activation whose gradient is a function of its output */
+        return !activation_needs_input(l->activation) && l->outputs == l->inputs;
+    default: return 0;
+    }
 }

@@ -34,5 +34,13 @@ int amp_kind_count(void);
 const amp_layer_kind *amp_kind_at(int i);
 /* Multiply-adds of l's forward pass (a backward's passes are the same size); 0 when not counted. */
 double amp_kind_macs(const layer *l);
+/* Whether data-movement layer l has a shape the activation plan's half forms
+ * carry on NHWC tensors, as darknet computes it: maxpool; route of inputs of
+ * one spatial shape; upsample (not reverse, scale 1); shortcut of one shape,
+ * alpha = beta = 1; reorg (darknet's permutation, not flatten or extra);
+ * global avgpool; dropout; an activation whose gradient is a function of its
+ * output. A backend offers the forms it has of these (backend.h's
+ * layer_install setting AMP_IO_HALF). */
+int amp_kind_half_shape(const layer *l);
 
 #endif

@@ -404,26 +404,7 @@ static void active_backward(layer l, network net)
 
 int amp_movement_has_half(const layer *l)
 {
-    switch (l->type) {
-    case MAXPOOL: return 1;
-    case ROUTE: /* inputs of one spatial shape (darknet concatenates others flat) */
-        if (l->out_c <= 0 || (long)l->out_c * l->out_h * l->out_w != l->outputs) return 0;
-        for (int i = 0; i < l->n; ++i)
-            if (l->input_sizes[i] % (l->out_h * l->out_w)) return 0;
-        return 1;
-    case UPSAMPLE: return !l->reverse && l->scale == 1.0f;
-    case SHORTCUT:
-        return l->alpha == 1.0f && l->beta == 1.0f && l->w == l->out_w && l->h == l->out_h &&
-               l->c == l->out_c;
-    case REORG: /* darknet's permutation; flatten and extra are other layers */
-        return !l->flatten && !l->extra && l->stride > 0 && l->c % (l->stride * l->stride) == 0 &&
-               (long)l->out_c * l->out_h * l->out_w == l->outputs && l->outputs == l->inputs;
-    case AVGPOOL: return l->out_w == 1 && l->out_h == 1 && l->out_c == l->c;
-    case DROPOUT: return l->rand && l->outputs == l->inputs;
-    case ACTIVE: /* an activation whose gradient is a function of its output */
-        return !activation_needs_input(l->activation) && l->outputs == l->inputs;
-    default: return 0;
-    }
+    return amp_kind_half_shape(l); /* every kind the core's rule covers has a form here */
 }
 
 /* The half forms of the data-movement kinds, one row a kind (kinds.c). */

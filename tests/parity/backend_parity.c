@@ -115,6 +115,8 @@
 
 #ifdef GPU
 #include <cuda_runtime_api.h>
+
+#include "half_gpu.h" /* the GPU plan's deltas, each its own (own_deltas) */
 #endif
 
 /* |got - ref| <= tol * max|ref| + rel * |ref| per element; gradients as a
@@ -171,6 +173,15 @@ static network *build(const char *cfg, const net_spec *sp)
             exit(1);
         }
     }
+#ifdef GPU
+    if (sp->gpu && an->plan_on) { /* the same on the device */
+        gpu_of(an)->half->own_deltas = 1;
+        if (amp_cuda_activations(an, err, sizeof err) != AMP_OK) {
+            printf("FAIL: %s\n", err);
+            exit(1);
+        }
+    }
+#endif
     amp_policy_print(an, stdout);
     amp_plan_print(an, stdout);
     return net;
@@ -268,6 +279,25 @@ static void pull(float *gpu, float *host, size_t n)
 {
     if (gpu && host && n) cuda_pull_array(gpu, host, n);
 }
+
+/* n half values on the device (the plan's NHWC storage of layer i's output
+ * or delta) widened into host (darknet's NCHW order). */
+static void pull_half(network *net, int i, const uint16_t *gpu, float *host, size_t n)
+{
+    uint16_t *h = malloc(n * sizeof *h);
+    CHECK(h && gpu, "layer %d: %zu half values on the device, and memory to read them", i, n);
+    if (!h || !gpu) {
+        free(h);
+        return;
+    }
+    CHECK(cudaMemcpy(h, gpu, n * sizeof *h, cudaMemcpyDeviceToHost) == cudaSuccess,
+          "layer %d: its half storage read back", i);
+    int c, hw;
+    amp_cpu_tensor_shape(net, i, &c, &hw);
+    amp_cpu_from_half_nhwc(amp_net_of(net)->scaler->opt.dtype, h, host, net->layers[i].batch, c,
+                           hw);
+    free(h);
+}
 #endif
 
 /* Forward on a fixed input, a fixed gradient into the last layer, backward;
@@ -308,11 +338,17 @@ static void run(network *net, unsigned seed)
     backward_network(net);
 #ifdef GPU
     if (net->gpu_index < 0) return;
+    const amp_net *an = amp_net_of(net);
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];
         size_t n = (size_t)l->outputs * l->batch;
-        pull(l->output_gpu, l->output, n);
-        pull(l->delta_gpu, l->delta, n);
+        if (an && an->layers[i].out_half) { /* the plan's half storage */
+            pull_half(net, i, (const uint16_t *)l->output_gpu, l->output, n);
+            pull_half(net, i, amp_cuda_half_delta(an, i), l->delta, n);
+        } else {
+            pull(l->output_gpu, l->output, n);
+            pull(l->delta_gpu, l->delta, n);
+        }
         layer *ps[AMP_MAX_SUBLAYERS];
         const char *names[AMP_MAX_SUBLAYERS];
         int np = parts(l, ps, names);
@@ -334,7 +370,8 @@ static const float *tensor(network *net, int i, int delta, float *buf)
 {
     layer *l = &net->layers[i];
     const amp_net *an = amp_net_of(net);
-    if (an && an->layers[i].out_half) {
+    /* (a GPU network's were widened into its host arrays by run) */
+    if (an && an->layers[i].out_half && net->gpu_index < 0) {
         const uint16_t *h = delta ? cpu_layer_of(&an->layers[i])->delta_h
                                   : (const uint16_t *)l->output;
         int c, hw;
@@ -584,6 +621,9 @@ static int gpu(const char *cfg, int cpu_reference, int resize)
         const net_spec f32 = {1, 0, dt, NULL, AMP_BN_DARKNET_CPU};
         const net_spec half = {1, 1, dt, NULL, AMP_BN_DARKNET_CPU};
         const net_spec emul = {0, 1, dt, "emulate", AMP_BN_CUDNN};
+        /* --plan: the GPU's activation plan (DARKNET_AMP_GPU_PLAN=half) against
+         * the emulation under the CPU's */
+        if (plan_on) setenv("DARKNET_AMP_GPU_PLAN", "half", 1);
         /* --no-cpu-reference: a cfg whose layers darknet cannot run on the CPU
          * (rnn, lstm: upstream's CPU code writes out of bounds or crashes) is
          * compared with darknet's float32 GPU layers only */
@@ -601,6 +641,10 @@ static int gpu(const char *cfg, int cpu_reference, int resize)
         CHECK(count_label(nets[1], "cuBLAS") == gemms,
               "%s: %d of %d connected, deconvolutional and recurrent layers through cuBLAS",
               amp_dtype_name(dt), count_label(nets[1], "cuBLAS"), gemms);
+        if (plan_on)
+            CHECK(half_tensors(nets[1]) > 0, "%s: the GPU's plan stores %d layers' outputs in "
+                  "half (the emulation's %d)", amp_dtype_name(dt), half_tensors(nets[1]),
+                  cpu_reference ? half_tensors(nets[2]) : 0);
         passes(nets, count, (int[]){0, 2}, (int[]){1, 1}, bd, count - 1, resize);
         amp_net *an = amp_net_of(nets[1]);
         CHECK(an && !an->error[0], "%s: no device error (%s)", amp_dtype_name(dt),

@@ -61,17 +61,33 @@ int amp_cuda_movement_has_half(const layer *l)
     }
 }
 
+amp_io amp_cuda_io_of(const layer *l, int cudnn_half)
+{
+    /* a half convolution on cuDNN whose tail tail.cu has (smooth: darknet's
+     * float32 gradient smoothing, which reads float32 outputs) */
+    if (l->type == CONVOLUTIONAL && cudnn_half && amp_cuda_tail_supports(l->activation) &&
+        !l->smooth && !l->binary && !l->xnor)
+        return AMP_IO_CONVERTS;
+    if (amp_cuda_movement_has_half(l) && l->forward_gpu && l->backward_gpu) return AMP_IO_HALF;
+    return AMP_IO_FLOAT32;
+}
+
 amp_io amp_cuda_layer_io(const amp_layer *al, const layer *l, const amp_gpu_half_ctx *ctx)
 {
     if (!ctx->plan || al->owner->scaler->opt.dtype == AMP_DTYPE_FLOAT32) return AMP_IO_FLOAT32;
     const amp_gpu_half *h = amp_gpu_half_of(al);
-    /* a half convolution on cuDNN whose tail tail.cu has (smooth: darknet's
-     * float32 gradient smoothing, which reads float32 outputs) */
-    if (l->type == CONVOLUTIONAL && al->precision == AMP_PRECISION_HALF && h && h->conv &&
-        amp_cuda_tail_supports(l->activation) && !l->smooth && !l->binary && !l->xnor)
-        return AMP_IO_CONVERTS;
-    if (amp_cuda_movement_has_half(l) && l->forward_gpu && l->backward_gpu) return AMP_IO_HALF;
-    return AMP_IO_FLOAT32;
+    return amp_cuda_io_of(l, al->precision == AMP_PRECISION_HALF && h && h->conv);
+}
+
+amp_gpu_storage amp_cuda_storage(const amp_layer *al, const layer *l)
+{
+    const amp_gpu_layer_plan p = {.converts = al->io == AMP_IO_CONVERTS,
+                                  .out_half = al->out_half,
+                                  .x_half = al->x_half,
+                                  .in_half = amp_cuda_input_half(al),
+                                  .batch_normalize = l->batch_normalize,
+                                  .needs_input = activation_needs_input(l->activation)};
+    return amp_gpu_storage_of(&p);
 }
 
 uint16_t *amp_cuda_half_delta(const amp_net *an, int i)
@@ -284,33 +300,32 @@ amp_status amp_cuda_activations(amp_net *an, char *err, size_t errlen)
     for (int i = 0; i < net->n; ++i) {
         amp_layer *al = &an->layers[i];
         layer *l = &net->layers[i];
-        const int converts =
-            al->io == AMP_IO_CONVERTS && (al->out_half || al->x_half || amp_cuda_input_half(al));
-        if (!al->out_half && !al->region && !converts) continue;
+        const amp_gpu_storage st = amp_cuda_storage(al, l);
+        if (!st.output_half && !al->region && !st.planned) continue;
         char why[AMP_MSG_LEN];
         if (!al->bk) /* a data-movement layer's record */
             AMP_RETURN_ERROR_IF(amp_gpu_half_new(al, g->half, 0, why, sizeof why) != AMP_OK,
                                 AMP_ERR_NOMEM, err, errlen, "amp: layer %d: %s", i, why);
         amp_gpu_half *h = amp_gpu_half_of(al);
         const size_t n = (size_t)l->outputs * l->batch;
-        if (al->out_half) {
+        if (st.output_half) {
             AMP_FORWARD_IF_ERROR(remake(&l->output_gpu, n, sizeof(uint16_t), err, errlen));
             drop(&l->delta_gpu);
-            drop(&l->activation_input_gpu); /* the half tail makes it again */
         }
-        if (al->x_half && al->out_half) {
+        if (st.drop_activation_input) drop(&l->activation_input_gpu); /* the tail makes it */
+        if (st.x_h) {
             AMP_FORWARD_IF_ERROR(remake(&h->x_h, n, sizeof(uint16_t), err, errlen));
             h->x_n = n;
+        }
+        if (st.drop_x) {
             drop(&l->x_gpu);
             drop(&l->x_norm_gpu);
         }
-        if (converts) {
-            h->planned = 1; /* NHWC descriptors and filters at the next call */
-            if (al->out_half) {
-                const size_t w = amp_cuda_tail_work_floats((long)l->batch * l->out_h * l->out_w,
-                                                           l->out_c);
-                if (w > tail_work) tail_work = w;
-            }
+        h->planned = st.planned; /* NHWC descriptors and filters at the next call */
+        if (st.planned && st.output_half) {
+            const size_t w =
+                amp_cuda_tail_work_floats((long)l->batch * l->out_h * l->out_w, l->out_c);
+            if (w > tail_work) tail_work = w;
         }
         if (al->region) movement_install(al, l);
     }

@@ -72,24 +72,22 @@ int amp_wgrad_chunk(int batch, size_t per_image, size_t out_hw, size_t limit)
     return nb < 1 ? 1 : (int)nb;
 }
 
-static size_t arena_up(size_t bytes)
+amp_gpu_storage amp_gpu_storage_of(const amp_gpu_layer_plan *p)
 {
-    return (bytes + AMP_GPU_ARENA_ALIGN - 1) / AMP_GPU_ARENA_ALIGN * AMP_GPU_ARENA_ALIGN;
-}
-
-size_t amp_gpu_arena(int n, const size_t *out_n, const size_t *x_n, const size_t *delta_off,
-                     size_t pool_n, size_t *out_at, size_t *x_at, size_t *delta_at)
-{
-    size_t at = 0;
-    for (int i = 0; i < n; ++i) {
-        out_at[i] = out_n[i] ? at : AMP_GPU_NOWHERE;
-        at += arena_up(out_n[i] * 2);
-    }
-    for (int i = 0; i < n; ++i) {
-        x_at[i] = x_n[i] ? at : AMP_GPU_NOWHERE;
-        at += arena_up(x_n[i] * 2);
-    }
-    const size_t pool = at;
-    for (int i = 0; i < n; ++i) delta_at[i] = out_n[i] ? pool + delta_off[i] * 2 : AMP_GPU_NOWHERE;
-    return at + arena_up(pool_n * 2);
+    amp_gpu_storage s = {0};
+    s.planned = p->converts && (p->out_half || p->x_half || p->in_half);
+    s.output_half = p->out_half;
+    /* a half output's tail (tail.cu) makes x_norm and the activation's input
+     * again from x in half; a float32 output keeps darknet's tail and arrays */
+    s.x_h = s.planned && p->out_half && p->x_half;
+    s.drop_x = s.x_h && p->batch_normalize;
+    s.drop_activation_input = p->out_half && p->converts && p->needs_input;
+    s.darknet_tail = p->converts && !p->out_half;
+    if (!p->converts) return s;
+    const int in_half = s.planned && p->in_half;
+    s.in_scratch = !in_half;
+    s.out_scratch = !(s.planned && p->out_half);
+    s.dx32_scratch = s.planned && !in_half;
+    s.dyc_scratch = !s.planned;
+    return s;
 }

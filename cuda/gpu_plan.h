@@ -67,20 +67,34 @@ typedef struct amp_gemm_call {
 
 amp_gemm_call amp_gemm_colmajor(int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc);
 
-/* The activation plan's half tensors on the device, in one allocation (the
- * arena): every half output, then every half batch-norm input (x), each
- * at a multiple of AMP_GPU_ARENA_ALIGN bytes, then the pool of half deltas
- * (amp_plan_delta_pool_aligned with AMP_GPU_DELTA_ALIGN elements: every
- * delta 16-byte aligned, as tail.cu's vector passes require). Per layer
- * i < n: out_n[i] and x_n[i] the elements of its half output and half x (0:
- * none), delta_off[i] its delta's offset in the pool (elements; read where
- * out_n[i] > 0), pool_n the pool's elements. Writes the byte offsets
- * out_at, x_at, delta_at (AMP_GPU_NOWHERE where none) and returns the
- * arena's bytes. */
-#define AMP_GPU_ARENA_ALIGN ((size_t)256)
+/* What the activation plan stores for one layer on the device, and the
+ * shared scratch its convolution needs (activations.c, half_conv.c), from
+ * the plan's decisions for it. Every half tensor is an allocation of its
+ * own (darknet's resize_network frees output_gpu with cudaFree, which only
+ * takes a whole allocation); the half deltas share one pool
+ * (amp_plan_delta_pool_aligned, each delta at a multiple of
+ * AMP_GPU_DELTA_ALIGN elements: 16 bytes, as tail.cu's vector passes need). */
 #define AMP_GPU_DELTA_ALIGN ((size_t)8)
-#define AMP_GPU_NOWHERE ((size_t)-1)
-size_t amp_gpu_arena(int n, const size_t *out_n, const size_t *x_n, const size_t *delta_off,
-                     size_t pool_n, size_t *out_at, size_t *x_at, size_t *delta_at);
+typedef struct amp_gpu_layer_plan {
+    int converts;        /* a half convolution the plan may store around (AMP_IO_CONVERTS) */
+    int out_half, x_half; /* the plan's decisions for its output and batch-norm input */
+    int in_half;         /* the layer before it stores its output in half */
+    int batch_normalize;
+    int needs_input;     /* its activation's gradient needs the values before it */
+} amp_gpu_layer_plan;
+typedef struct amp_gpu_storage {
+    int planned;       /* the convolution runs on NHWC half tensors */
+    int output_half;   /* output_gpu 2 bytes an element, delta_gpu NULL (its delta in the pool) */
+    int x_h;           /* its own half batch-norm input (or the values before the activation) */
+    int drop_x;        /* darknet's x_gpu and x_norm_gpu freed */
+    int drop_activation_input; /* darknet's activation_input_gpu freed */
+    int darknet_tail;  /* darknet's float32 tail on a float32 output (x_gpu, x_norm_gpu kept) */
+    /* shared scratch (a convolution's): */
+    int in_scratch;    /* half input and half data gradient (a float32 input) */
+    int out_scratch;   /* half output and incoming gradient (a float32 output) */
+    int dx32_scratch;  /* float32 data gradient (a planned convolution with a float32 input) */
+    int dyc_scratch;   /* the gradient by channel (NCHW weight gradient; the plan reads NHWC) */
+} amp_gpu_storage;
+amp_gpu_storage amp_gpu_storage_of(const amp_gpu_layer_plan *p);
 
 #endif

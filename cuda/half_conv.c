@@ -222,15 +222,14 @@ static amp_status ensure_shape(amp_layer *al, const layer *l, char *why, size_t 
     /* The shared scratch a call needs: on the plan only at a region's edges
      * (a float32 input converted, its data gradient widened; a float32
      * output's convolution and incoming gradient in half). */
-    const int in_half = h->planned && amp_cuda_input_half(al);
-    const int out_half = h->planned && al->out_half;
-    if (!in_half) {
+    const amp_gpu_storage st = amp_cuda_storage(al, l);
+    if (st.in_scratch) {
         AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->x, nin * sizeof(uint16_t), why, whylen));
         AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->dx, nin * sizeof(uint16_t), why, whylen));
     }
-    if (!out_half)
+    if (st.out_scratch)
         AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->y, nout * sizeof(uint16_t), why, whylen));
-    if (h->planned && !in_half)
+    if (st.dx32_scratch)
         AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->t, nin * sizeof(float), why, whylen));
     if (wgrad_cudnn) {
         /* dW / 2^k within float16's range: darknet's loss sums the batch */
@@ -254,7 +253,7 @@ static amp_status ensure_shape(amp_layer *al, const layer *l, char *why, size_t 
     const size_t nb = (size_t)c->wgrad_images;
     AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->col, (size_t)d.c * d.size * d.size * ohw * nb *
                                                       sizeof(uint16_t), why, whylen));
-    if (!h->planned) /* the plan's GEMM reads the NHWC gradient in place */
+    if (st.dyc_scratch) /* the plan's GEMM reads the NHWC gradient in place */
         AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->dyc, (size_t)d.k * ohw * nb * sizeof(uint16_t),
                                              why, whylen));
     snprintf(c->detail, sizeof c->detail,

@@ -26,6 +26,7 @@
 
 #include "backend.h"
 #include "amp_cuda.h" /* amp_gpu_state */
+#include "gpu_plan.h" /* amp_gpu_storage */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -199,6 +200,11 @@ int amp_cuda_nonfinite_output(amp_net *an, int last, amp_overflow_scan *scan, in
  * the plan, the half delta of layer i's output (NULL: float32, or none),
  * the deltas whose last reader is layer i zeroed (its backward's start). */
 amp_io amp_cuda_layer_io(const amp_layer *al, const layer *l, const amp_gpu_half_ctx *ctx);
+/* The same rule for a layer alone: cudnn_half, a convolution the backend
+ * runs in half through cuDNN (the plan's host tests use it). */
+amp_io amp_cuda_io_of(const layer *l, int cudnn_half);
+/* gpu_plan.c's storage for al under the plan as made (amp_gpu_storage_of). */
+amp_gpu_storage amp_cuda_storage(const amp_layer *al, const layer *l);
 int amp_cuda_movement_has_half(const layer *l);
 amp_status amp_cuda_activations(amp_net *an, char *err, size_t errlen);
 void amp_cuda_activations_release(amp_net *an);

@@ -15,8 +15,9 @@
  *   and the same from the activation plan's NHWC input and gradient (col
  *   gathered from NHWC, dy read transposed in place);
  * - the NHWC index functions (math/nhwc.h) against darknet's NCHW order;
- * - the activation plan's arena on the device (amp_gpu_arena): every half
- *   tensor aligned, none overlapping another, the deltas inside the pool;
+ * - the activation plan's storage on the device (amp_gpu_storage_of): for
+ *   every case the plan makes, each pass has what it reads and nothing
+ *   darknet's float32 tail reads is freed;
  * - the chunk sizes: within the byte limit, K within an int, at least 1.
  */
 #include "check.h"
@@ -207,44 +208,58 @@ int main(void)
         free(seen);
     }
 
-    /* The activation plan's arena on the device: six layers, two without
-     * half tensors; the deltas' pool offsets as amp_plan_delta_pool_aligned
-     * makes them (multiples of 8 elements, two sharing storage). */
+    /* The activation plan's storage on the device (amp_gpu_storage_of), for
+     * every combination the plan makes: a half convolution (converts) or
+     * not, its output and its input half or not, batch-norm, an activation
+     * whose gradient needs its input; x_half as plan.c sets it. What the
+     * planned forward and backward read and write must exist, and nothing
+     * darknet's float32 tail still reads may be freed. */
     {
-        enum { NL = 6 };
-        const size_t out_n[NL] = {1000, 0, 37, 4096, 12, 0}, x_n[NL] = {1000, 0, 0, 4096, 0, 0};
-        const size_t delta_off[NL] = {0, 0, 4096, 0, 4136, 0}, pool_n = 4148;
-        size_t out_at[NL], x_at[NL], delta_at[NL];
-        const size_t bytes = amp_gpu_arena(NL, out_n, x_n, delta_off, pool_n, out_at, x_at, delta_at);
-        /* every placed tensor as a byte interval; none may overlap another
-         * (the deltas: only inside the pool, which they share by design) */
-        size_t lo[2 * NL + 1], hi[2 * NL + 1];
-        int m = 0, misaligned = 0, wrong_none = 0;
-        for (int i = 0; i < NL; ++i) {
-            wrong_none += (out_n[i] == 0) != (out_at[i] == AMP_GPU_NOWHERE);
-            wrong_none += (x_n[i] == 0) != (x_at[i] == AMP_GPU_NOWHERE);
-            wrong_none += (out_n[i] == 0) != (delta_at[i] == AMP_GPU_NOWHERE);
-            if (out_n[i]) lo[m] = out_at[i], hi[m++] = out_at[i] + 2 * out_n[i];
-            if (x_n[i]) lo[m] = x_at[i], hi[m++] = x_at[i] + 2 * x_n[i];
-            misaligned += out_n[i] && out_at[i] % AMP_GPU_ARENA_ALIGN;
-            misaligned += x_n[i] && x_at[i] % AMP_GPU_ARENA_ALIGN;
-            misaligned += out_n[i] && delta_at[i] % 16;
+        int combos = 0, bad = 0;
+        for (int m = 0; m < 32; ++m) {
+            amp_gpu_layer_plan p = {.converts = m & 1, .out_half = m >> 1 & 1,
+                                    .in_half = m >> 2 & 1, .batch_normalize = m >> 3 & 1,
+                                    .needs_input = m >> 4 & 1};
+            p.x_half = p.converts && (p.batch_normalize || (p.out_half && p.needs_input));
+            const amp_gpu_storage t = amp_gpu_storage_of(&p);
+            int why = 0;
+            /* the output stored as the plan says, its delta in the pool */
+            why |= (t.output_half != p.out_half) << 0;
+            if (p.converts) {
+                const int in_place = t.planned && p.in_half; /* the previous half output */
+                /* forward: an input to read, somewhere to write the convolution */
+                why |= !(in_place || t.in_scratch) << 1;
+                why |= !(t.x_h || (t.planned && p.out_half) || t.out_scratch) << 2;
+                /* backward: the data gradient into the half delta, or through scratch */
+                why |= !(in_place || (t.in_scratch && (t.dx32_scratch || !t.planned))) << 3;
+                /* nothing darknet's float32 tail reads freed */
+                why |= (t.darknet_tail && (t.drop_x || t.drop_activation_input)) << 4;
+                /* what is freed made again by the half tail, from x in half */
+                why |= (t.drop_x && !t.x_h) << 5;
+                why |= (t.drop_activation_input && !(t.x_h && t.planned && p.out_half)) << 6;
+                /* a half output's tail needs its batch-norm input in half */
+                why |= (t.planned && p.out_half && p.batch_normalize && !t.x_h) << 7;
+                /* no scratch where the plan's tensors serve */
+                why |= (in_place && (t.in_scratch || t.dx32_scratch)) << 8;
+                why |= (t.planned && p.out_half && t.out_scratch) << 9;
+                why |= (t.planned && t.dyc_scratch) << 10;
+                /* no half neighbour: the layer as without the plan */
+                why |= (!p.out_half && !p.in_half && !p.x_half &&
+                        (t.planned || !t.in_scratch || !t.out_scratch || !t.dyc_scratch)) << 11;
+            } else {
+                why |= (t.planned || t.x_h || t.drop_x || t.drop_activation_input || t.in_scratch ||
+                        t.out_scratch || t.dx32_scratch || t.dyc_scratch) << 12;
+            }
+            if (why) {
+                ++bad;
+                printf("  storage of converts %d, out_half %d, in_half %d, batch-norm %d, "
+                       "needs input %d: rules 0x%x broken\n", p.converts, p.out_half, p.in_half,
+                       p.batch_normalize, p.needs_input, why);
+            }
+            ++combos;
         }
-        size_t pool = AMP_GPU_NOWHERE;
-        for (int i = 0; i < NL; ++i)
-            if (out_n[i] && delta_at[i] - 2 * delta_off[i] < pool) pool = delta_at[i] - 2 * delta_off[i];
-        lo[m] = pool, hi[m++] = pool + 2 * pool_n;
-        int overlaps = 0, outside = 0;
-        for (int a = 0; a < m; ++a)
-            for (int b = a + 1; b < m; ++b) overlaps += lo[a] < hi[b] && lo[b] < hi[a];
-        for (int i = 0; i < NL; ++i)
-            outside += out_n[i] && (delta_at[i] < pool || delta_at[i] + 2 * out_n[i] > pool + 2 * pool_n ||
-                                    hi[m - 1] > bytes);
-        CHECK(overlaps == 0 && outside == 0 && misaligned == 0 && wrong_none == 0 &&
-                  bytes == 2048 + 256 + 8192 + 2048 + 256 + 8192 + 8448,
-              "the plan's arena: %d overlapping tensors, %d deltas outside the pool, %d misaligned "
-              "(outputs and x at 256 bytes, deltas at 16), %d absent tensors placed or placed ones "
-              "absent; %zu bytes (expected 29440)", overlaps, outside, misaligned, wrong_none, bytes);
+        CHECK(bad == 0, "the plan's device storage: %d of %d layer cases give every pass what it "
+                        "reads and free nothing darknet's tail reads", combos - bad, combos);
     }
 
     /* Chunk sizes. */

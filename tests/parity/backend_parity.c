@@ -363,6 +363,17 @@ static void run(network *net, unsigned seed)
 #endif
 }
 
+/* A network built for GPU 0 (a CPU build's gpu_index is darknet's 0). */
+static int on_gpu(const network *net)
+{
+#ifdef GPU
+    return net->gpu_index >= 0;
+#else
+    (void)net;
+    return 0;
+#endif
+}
+
 /* Layer i's output (or its delta) as float32: darknet's array, or the
  * activation plan's half storage (NHWC) widened into buf in darknet's NCHW
  * order (outputs x batch floats); NULL where the layer has none. */
@@ -371,7 +382,7 @@ static const float *tensor(network *net, int i, int delta, float *buf)
     layer *l = &net->layers[i];
     const amp_net *an = amp_net_of(net);
     /* (a GPU network's were widened into its host arrays by run) */
-    if (an && an->layers[i].out_half && net->gpu_index < 0) {
+    if (an && an->layers[i].out_half && !on_gpu(net)) {
         const uint16_t *h = delta ? cpu_layer_of(&an->layers[i])->delta_h
                                   : (const uint16_t *)l->output;
         int c, hw;

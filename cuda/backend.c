@@ -427,6 +427,29 @@ static void net_free(amp_net *an)
     an->bk = NULL;
 }
 
+/* backend.h's memory, on the device: the batch-start histories, the
+ * parameters (and Adam's moments) set aside for a skipped step, the forward
+ * states, the half weight copies; the shared scratch and cuDNN workspace. */
+static void memory(const amp_net *an, double *copies, double *workspaces)
+{
+    const amp_gpu_net *g = gpu_of(an);
+    const double n = (double)an->nparams;
+    *copies = (n + (an->net->adam ? 3 : 1) * n + (double)an->nstate_elems) * sizeof(float);
+    for (int i = 0; i < an->net->n; ++i) {
+        const amp_layer *al = &an->layers[i];
+        for (int k = -1; k < al->nsubs; ++k) {
+            const amp_layer *r = k < 0 ? al : &al->subs[k];
+            if (r->bk && amp_gpu_half_of(r)->w) *copies += (double)amp_gpu_half_of(r)->nw * 2;
+        }
+    }
+    *workspaces = 0;
+    if (!g || !g->half) return;
+    const amp_gpu_half_ctx *x = g->half;
+    const amp_gpu_scratch *s[] = {&x->x, &x->y, &x->dw, &x->dx, &x->ws, &x->t, &x->col, &x->dyc,
+                                  &x->tw};
+    for (size_t k = 0; k < sizeof s / sizeof s[0]; ++k) *workspaces += (double)s[k]->bytes;
+}
+
 /* backend.h's supports: convolutions and deconvolutions through cuDNN,
  * connected layers through cuBLAS, and the recurrent layers whose
  * sub-layers are connected (rnn, gru, lstm; not crnn's convolutions). No
@@ -478,6 +501,7 @@ const amp_backend_ops amp_cuda_backend = {
     .push = push,
     .layer_fallback = layer_fallback,
     .activations = amp_cuda_activations,
+    .memory = memory,
     .activations_release = amp_cuda_activations_release,
     .nonfinite_output = amp_cuda_nonfinite_output,
     .prof_begin = prof_begin,

@@ -81,12 +81,16 @@ amp_io amp_cuda_layer_io(const amp_layer *al, const layer *l, const amp_gpu_half
 
 amp_gpu_storage amp_cuda_storage(const amp_layer *al, const layer *l)
 {
-    const amp_gpu_layer_plan p = {.converts = al->io == AMP_IO_CONVERTS,
-                                  .out_half = al->out_half,
-                                  .x_half = al->x_half,
-                                  .in_half = amp_cuda_input_half(al),
-                                  .batch_normalize = l->batch_normalize,
-                                  .needs_input = activation_needs_input(l->activation)};
+    const amp_gpu_half *h = amp_gpu_half_of(al);
+    const int in_half = amp_cuda_input_half(al);
+    const amp_gpu_layer_plan p = {
+        .converts = h && h->conv, /* a half convolution through cuDNN */
+        .out_half = al->out_half,
+        .x_half = al->x_half,
+        .in_half = in_half,
+        .in_first = in_half && al->owner->layers[al->index - 1].delta_from == al->index,
+        .batch_normalize = l->batch_normalize,
+        .needs_input = activation_needs_input(l->activation)};
     return amp_gpu_storage_of(&p);
 }
 
@@ -286,8 +290,9 @@ static amp_status place_deltas(amp_net *an, char *err, size_t errlen)
         st = remake(&g->deltas, total, sizeof(uint16_t), err, errlen);
         if (st == AMP_OK) g->deltas_n = total;
     }
-    for (int i = 0; i < net->n && st == AMP_OK; ++i)
-        if (an->layers[i].out_half) amp_gpu_half_of(&an->layers[i])->delta_h = g->deltas + offset[i];
+    for (int i = 0; i < net->n; ++i)
+        if (an->layers[i].out_half)
+            amp_gpu_half_of(&an->layers[i])->delta_h = st == AMP_OK ? g->deltas + offset[i] : NULL;
     free(offset);
     return st;
 }
@@ -339,6 +344,10 @@ void amp_cuda_activations_release(amp_net *an)
     network *net = an->net;
     char err[AMP_MSG_LEN];
     amp_status st = AMP_OK;
+    /* Decided from the plan's records alone, not the layers' (net_free calls
+     * this after every layer_free): a half output was stored (out_half); a
+     * half convolution's batch-norm input with it (x_half and out_half:
+     * amp_gpu_storage_of's x_h, darknet's x_gpu and x_norm_gpu freed). */
     for (int i = 0; i < net->n; ++i) {
         amp_layer *al = &an->layers[i];
         layer *l = &net->layers[i];
@@ -351,15 +360,13 @@ void amp_cuda_activations_release(amp_net *an)
             if (st == AMP_OK && l->type == CONVOLUTIONAL && activation_needs_input(l->activation))
                 st = remake(&l->activation_input_gpu, n, sizeof(float), err, sizeof err);
         }
-        if (h && h->x_h) {
-            drop(&h->x_h);
-            h->x_n = 0;
-            if (st == AMP_OK && l->batch_normalize)
-                st = remake(&l->x_gpu, n, sizeof(float), err, sizeof err);
-            if (st == AMP_OK && l->batch_normalize)
-                st = remake(&l->x_norm_gpu, n, sizeof(float), err, sizeof err);
+        if (al->out_half && al->x_half && l->batch_normalize) {
+            if (st == AMP_OK) st = remake(&l->x_gpu, n, sizeof(float), err, sizeof err);
+            if (st == AMP_OK) st = remake(&l->x_norm_gpu, n, sizeof(float), err, sizeof err);
         }
         if (h) {
+            drop(&h->x_h);
+            h->x_n = 0;
             h->planned = 0;
             h->delta_h = NULL;
         }
@@ -370,7 +377,9 @@ void amp_cuda_activations_release(amp_net *an)
         al->out_half = al->x_half = al->region = 0;
     }
     amp_gpu_net *g = gpu_of(an);
-    drop(&g->deltas);
-    g->deltas_n = 0;
+    if (g) {
+        drop(&g->deltas);
+        g->deltas_n = 0;
+    }
     if (st != AMP_OK) amp_net_fail(an, st, "amp: GPU: giving back darknet's float32 arrays: %s", err);
 }

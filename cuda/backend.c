@@ -406,6 +406,9 @@ static void net_free(amp_net *an)
     amp_gpu_net *g = gpu_of(an);
     if (!g) return;
     cudaDeviceSynchronize(); /* nothing of ours in flight when freed */
+    /* darknet's float32 arrays back where the plan stored half ones: its own
+     * layers run again after a detach, and free them */
+    if (an->layers) amp_cuda_activations_release(an);
     amp_gpu_half_ctx_free(g->half);
     amp_gpu_prof_free(g->prof);
     amp_mt_table_free(&g->hist);

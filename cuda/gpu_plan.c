@@ -75,7 +75,10 @@ int amp_wgrad_chunk(int batch, size_t per_image, size_t out_hw, size_t limit)
 amp_gpu_storage amp_gpu_storage_of(const amp_gpu_layer_plan *p)
 {
     amp_gpu_storage s = {0};
-    s.planned = p->converts && (p->out_half || p->x_half || p->in_half);
+    /* NHWC where a neighbour's tensor is half; a batch-norm input in half
+     * alone saves nothing on the device (a float32 output keeps darknet's
+     * tail, which reads darknet's float32 x) */
+    s.planned = p->converts && (p->out_half || p->in_half);
     s.output_half = p->out_half;
     /* a half output's tail (tail.cu) makes x_norm and the activation's input
      * again from x in half; a float32 output keeps darknet's tail and arrays */
@@ -86,8 +89,16 @@ amp_gpu_storage amp_gpu_storage_of(const amp_gpu_layer_plan *p)
     if (!p->converts) return s;
     const int in_half = s.planned && p->in_half;
     s.in_scratch = !in_half;
+    s.dx_scratch = !in_half || !p->in_first;
     s.out_scratch = !(s.planned && p->out_half);
     s.dx32_scratch = s.planned && !in_half;
     s.dyc_scratch = !s.planned;
     return s;
+}
+
+int amp_algo_pick_deterministic(const amp_algo_candidate *c, int n, size_t limit)
+{
+    for (int i = 0; i < n; ++i)
+        if (c[i].ok && c[i].deterministic && c[i].memory <= limit) return i;
+    return amp_algo_pick(c, n, limit);
 }

@@ -49,11 +49,15 @@ typedef struct amp_algo_candidate {
     int algo;
     int ok;         /* status == CUDNN_STATUS_SUCCESS */
     size_t memory;  /* workspace bytes */
+    int deterministic; /* determinism == CUDNN_DETERMINISTIC */
 } amp_algo_candidate;
 
 /* The index of the first candidate (they come fastest first) that cuDNN
  * supports and whose workspace is at most limit; -1 if none. */
 int amp_algo_pick(const amp_algo_candidate *c, int n, size_t limit);
+/* The first that also gives the same result on every run (no atomic float
+ * additions), where one fits; else amp_algo_pick's. */
+int amp_algo_pick_deterministic(const amp_algo_candidate *c, int n, size_t limit);
 
 /* darknet's gemm_gpu(TA, TB, M, N, K, A, lda, B, ldb, C, ldc) is row-major:
  * C (M x N) = op(A) op(B). cuBLAS is column-major, where the same memory
@@ -76,21 +80,26 @@ amp_gemm_call amp_gemm_colmajor(int ta, int tb, int m, int n, int k, int lda, in
  * AMP_GPU_DELTA_ALIGN elements: 16 bytes, as tail.cu's vector passes need). */
 #define AMP_GPU_DELTA_ALIGN ((size_t)8)
 typedef struct amp_gpu_layer_plan {
-    int converts;        /* a half convolution the plan may store around (AMP_IO_CONVERTS) */
+    int converts;        /* a half convolution through cuDNN (the plan may store around it
+                            where its io is AMP_IO_CONVERTS) */
     int out_half, x_half; /* the plan's decisions for its output and batch-norm input */
     int in_half;         /* the layer before it stores its output in half */
+    int in_first;        /* its backward is the first to add into that half delta (the
+                            plan's delta_from: the delta is zero before it) */
     int batch_normalize;
     int needs_input;     /* its activation's gradient needs the values before it */
 } amp_gpu_layer_plan;
 typedef struct amp_gpu_storage {
-    int planned;       /* the convolution runs on NHWC half tensors */
+    int planned;       /* the convolution runs on NHWC half tensors (a half input or output) */
     int output_half;   /* output_gpu 2 bytes an element, delta_gpu NULL (its delta in the pool) */
     int x_h;           /* its own half batch-norm input (or the values before the activation) */
     int drop_x;        /* darknet's x_gpu and x_norm_gpu freed */
     int drop_activation_input; /* darknet's activation_input_gpu freed */
     int darknet_tail;  /* darknet's float32 tail on a float32 output (x_gpu, x_norm_gpu kept) */
     /* shared scratch (a convolution's): */
-    int in_scratch;    /* half input and half data gradient (a float32 input) */
+    int in_scratch;    /* half input (a float32 input) */
+    int dx_scratch;    /* half data gradient (a float32 input; or a half delta others
+                          added into first: half(delta + half(dx)), as the CPU plan adds) */
     int out_scratch;   /* half output and incoming gradient (a float32 output) */
     int dx32_scratch;  /* float32 data gradient (a planned convolution with a float32 input) */
     int dyc_scratch;   /* the gradient by channel (NCHW weight gradient; the plan reads NHWC) */

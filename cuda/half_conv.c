@@ -45,9 +45,23 @@
 /* convolutional_kernels.cu, not in a header */
 void smooth_layer(layer l, int size, float rate);
 
+/* The planned form's algorithms for one shape, as cudnnFind measured them:
+ * kept per layer, so that darknet's resizes (random=1: a new size every 10
+ * batches, among ten) search each shape once. */
+#define AMP_CONV_FOUND 16
+typedef struct amp_conv_found {
+    int batch, h, w; /* 0: empty */
+    cudnnConvolutionFwdAlgo_t fwd;
+    cudnnConvolutionBwdDataAlgo_t bwd_data;
+    cudnnMathType_t fwd_math, bwd_data_math;
+    size_t ws_bytes;
+} amp_conv_found;
+
 struct amp_cudnn_conv {
     int batch, h, w; /* the shape set up for; batch 0: none yet */
     int planned;     /* and the layout: the activation plan's NHWC, else NCHW */
+    amp_conv_found found[AMP_CONV_FOUND];
+    int next_found;  /* the slot the next search fills (round robin) */
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t wd;
     cudnnConvolutionDescriptor_t conv;
@@ -81,15 +95,20 @@ void amp_cudnn_conv_free(amp_gpu_half *h)
 
 #define CHECK(call) AMP_FORWARD_IF_ERROR(AMP_CUDNN_CHECK(call, why, whylen))
 
-/* The first of cuDNN's ranked candidates that fits (gpu_plan.c), or why none. */
-#define PICK(perf, n, out, math, what)                                                            \
+/* The first of cuDNN's ranked candidates that fits (gpu_plan.c), or why
+ * none; measured (find): the first deterministic one that fits, where one
+ * does (the planned form's, so that a step repeats run to run, as its
+ * tails' sums do). */
+#define PICK(perf, n, out, math, what, find)                                                      \
     do {                                                                                          \
         amp_algo_candidate cand[16];                                                              \
         for (int k_ = 0; k_ < (n); ++k_)                                                          \
             cand[k_] = (amp_algo_candidate){(int)(perf)[k_].algo,                                 \
                                             (perf)[k_].status == CUDNN_STATUS_SUCCESS,            \
-                                            (perf)[k_].memory};                                   \
-        const int i_ = amp_algo_pick(cand, (n), AMP_GPU_WORKSPACE_LIMIT);                         \
+                                            (perf)[k_].memory,                                    \
+                                            (perf)[k_].determinism == CUDNN_DETERMINISTIC};       \
+        const int i_ = (find) ? amp_algo_pick_deterministic(cand, (n), AMP_GPU_WORKSPACE_LIMIT)   \
+                              : amp_algo_pick(cand, (n), AMP_GPU_WORKSPACE_LIMIT);                \
         AMP_RETURN_ERROR_IF(i_ < 0, AMP_ERR_DEVICE, why, whylen,                                  \
                             "cuDNN offers no " what " algorithm for these half tensors");         \
         (out) = (perf)[i_].algo;                                                                  \
@@ -112,7 +131,7 @@ static amp_status choose_algorithms(struct amp_cudnn_conv *c, cudnnHandle_t hand
     else
         CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, c->x, c->wd, c->conv, c->y, 16, &n,
                                                      fperf));
-    PICK(fperf, n, c->fwd, c->fwd_math, "forward");
+    PICK(fperf, n, c->fwd, c->fwd_math, "forward", find);
     cudnnConvolutionBwdDataAlgoPerf_t dperf[16];
     if (find)
         CHECK(cudnnFindConvolutionBackwardDataAlgorithm(handle, c->wd, c->y, c->conv, c->x, 16,
@@ -120,7 +139,7 @@ static amp_status choose_algorithms(struct amp_cudnn_conv *c, cudnnHandle_t hand
     else
         CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, c->wd, c->y, c->conv, c->x, 16,
                                                           &n, dperf));
-    PICK(dperf, n, c->bwd_data, c->bwd_data_math, "backward-data");
+    PICK(dperf, n, c->bwd_data, c->bwd_data_math, "backward-data", find);
     size_t a = 0, b = 0;
     CHECK(cudnnSetConvolutionMathType(c->conv, c->fwd_math));
     CHECK(cudnnGetConvolutionForwardWorkspaceSize(handle, c->x, c->wd, c->conv, c->y, c->fwd, &a));
@@ -132,7 +151,7 @@ static amp_status choose_algorithms(struct amp_cudnn_conv *c, cudnnHandle_t hand
     cudnnConvolutionBwdFilterAlgoPerf_t wperf[16];
     CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, c->x, c->y, c->conv, c->wd, 16,
                                                         &n, wperf));
-    PICK(wperf, n, c->bwd_filter, c->bwd_filter_math, "backward-filter");
+    PICK(wperf, n, c->bwd_filter, c->bwd_filter_math, "backward-filter", 0);
     size_t f = 0;
     CHECK(cudnnSetConvolutionMathType(c->conv, c->bwd_filter_math));
     CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, c->x, c->y, c->conv, c->wd,
@@ -182,14 +201,69 @@ static const char *amp_cudnn_math_name(cudnnMathType_t m)
     }
 }
 
-/* Descriptors, algorithms and workspace for l's current shape, or why not.
- * Does nothing when the shape is the one set up. */
+/* The shared scratch l's calls need for the shape and plan as set up: the
+ * workspace, the operands at a region's edges (gpu_plan.c's
+ * amp_gpu_storage_of), the weight gradient's. Reserved on every call, since
+ * a plan made again (a fallback) changes what a layer needs at a fixed
+ * shape; amp_gpu_reserve does nothing where the buffer fits. */
+static amp_status reserve_scratch(amp_layer *al, const layer *l, const struct amp_cudnn_conv *c,
+                                  char *why, size_t whylen)
+{
+    amp_gpu_half *h = amp_gpu_half_of(al);
+    amp_gpu_half_ctx *x = h->ctx;
+    const size_t nin = (size_t)l->inputs * l->batch, nout = (size_t)l->outputs * l->batch;
+    const amp_gpu_storage st = amp_cuda_storage(al, l);
+    AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->ws, c->ws_bytes, why, whylen));
+    if (st.in_scratch)
+        AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->x, nin * sizeof(uint16_t), why, whylen));
+    if (st.dx_scratch)
+        AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->dx, nin * sizeof(uint16_t), why, whylen));
+    if (st.out_scratch)
+        AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->y, nout * sizeof(uint16_t), why, whylen));
+    if (st.dx32_scratch)
+        AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->t, nin * sizeof(float), why, whylen));
+    if (x->wgrad_cudnn && !h->planned)
+        return amp_gpu_reserve(&x->dw, h->nw * sizeof(uint16_t), why, whylen);
+    /* the weight gradient's operands for a chunk of images: im2col columns,
+     * and (NCHW) the gradient by channel */
+    const size_t ohw = (size_t)l->out_h * l->out_w, nb = (size_t)c->wgrad_images;
+    const size_t cols = (size_t)l->c * l->size * l->size;
+    AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->col, cols * ohw * nb * sizeof(uint16_t), why, whylen));
+    if (st.dyc_scratch)
+        AMP_FORWARD_IF_ERROR(
+            amp_gpu_reserve(&x->dyc, (size_t)l->n * ohw * nb * sizeof(uint16_t), why, whylen));
+    return AMP_OK;
+}
+
+/* The planned form's algorithms for c's shape: found before (the layer's
+ * table), else measured by cudnnFind and kept. */
+static amp_status find_algorithms(struct amp_cudnn_conv *c, const layer *l, char *why,
+                                  size_t whylen)
+{
+    for (int k = 0; k < AMP_CONV_FOUND; ++k) {
+        const amp_conv_found *f = &c->found[k];
+        if (f->batch != l->batch || f->h != l->h || f->w != l->w) continue;
+        c->fwd = f->fwd, c->fwd_math = f->fwd_math;
+        c->bwd_data = f->bwd_data, c->bwd_data_math = f->bwd_data_math;
+        c->ws_bytes = f->ws_bytes;
+        return AMP_OK;
+    }
+    AMP_FORWARD_IF_ERROR(choose_algorithms(c, cudnn_handle(), 0, 1, why, whylen));
+    c->found[c->next_found] = (amp_conv_found){l->batch,   l->h,          l->w,
+                                               c->fwd,     c->bwd_data,   c->fwd_math,
+                                               c->bwd_data_math, c->ws_bytes};
+    c->next_found = (c->next_found + 1) % AMP_CONV_FOUND;
+    return AMP_OK;
+}
+
+/* Descriptors, algorithms and workspace for l's current shape and layout
+ * (the activation plan's NHWC, else NCHW), or why not; the shape's scratch. */
 static amp_status ensure_shape(amp_layer *al, const layer *l, char *why, size_t whylen)
 {
     amp_gpu_half *h = amp_gpu_half_of(al);
     struct amp_cudnn_conv *c = h->conv;
     if (c->batch == l->batch && c->h == l->h && c->w == l->w && c->planned == h->planned)
-        return AMP_OK;
+        return reserve_scratch(al, l, c, why, whylen);
     amp_conv_dims d;
     AMP_FORWARD_IF_ERROR(amp_conv_dims_make(l->batch, l->c, l->h, l->w, l->n, l->size, l->stride,
                                             l->pad, l->groups, l->out_h, l->out_w, &d, why,
@@ -215,27 +289,15 @@ static amp_status ensure_shape(amp_layer *al, const layer *l, char *why, size_t 
                         d.n, d.k, d.out_h, d.out_w);
     amp_gpu_half_ctx *x = h->ctx;
     const int wgrad_cudnn = x->wgrad_cudnn && !h->planned;
-    AMP_FORWARD_IF_ERROR(
-        choose_algorithms(c, cudnn_handle(), wgrad_cudnn, h->planned, why, whylen));
-    size_t nin = (size_t)l->inputs * l->batch, nout = (size_t)l->outputs * l->batch;
-    AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->ws, c->ws_bytes, why, whylen));
-    /* The shared scratch a call needs: on the plan only at a region's edges
-     * (a float32 input converted, its data gradient widened; a float32
-     * output's convolution and incoming gradient in half). */
-    const amp_gpu_storage st = amp_cuda_storage(al, l);
-    if (st.in_scratch) {
-        AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->x, nin * sizeof(uint16_t), why, whylen));
-        AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->dx, nin * sizeof(uint16_t), why, whylen));
-    }
-    if (st.out_scratch)
-        AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->y, nout * sizeof(uint16_t), why, whylen));
-    if (st.dx32_scratch)
-        AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->t, nin * sizeof(float), why, whylen));
+    if (h->planned)
+        AMP_FORWARD_IF_ERROR(find_algorithms(c, l, why, whylen));
+    else
+        AMP_FORWARD_IF_ERROR(choose_algorithms(c, cudnn_handle(), wgrad_cudnn, 0, why, whylen));
+    const size_t ohw = (size_t)d.out_h * d.out_w;
     if (wgrad_cudnn) {
         /* dW / 2^k within float16's range: darknet's loss sums the batch */
         c->wgrad_shift = 0;
         while ((1 << c->wgrad_shift) < d.n && c->wgrad_shift < 24) ++c->wgrad_shift;
-        AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->dw, h->nw * sizeof(uint16_t), why, whylen));
         snprintf(c->detail, sizeof c->detail,
                  "cuDNN forward %s%s, backward-data %s%s, weight gradient cuDNN %d%s in half "
                  "at 2^-%d; workspace %.1f MiB",
@@ -243,26 +305,22 @@ static amp_status ensure_shape(amp_layer *al, const layer *l, char *why, size_t 
                  amp_cudnn_bwd_data_name(c->bwd_data), amp_cudnn_math_name(c->bwd_data_math),
                  (int)c->bwd_filter, amp_cudnn_math_name(c->bwd_filter_math), c->wgrad_shift,
                  (double)c->ws_bytes / 1048576.0);
-        c->batch = l->batch, c->h = l->h, c->w = l->w, c->planned = h->planned;
-        return AMP_OK;
+    } else {
+        /* the weight gradient's operands per image: im2col columns, and
+         * (NCHW) the gradient by channel */
+        const size_t per_image =
+            ((size_t)d.c * d.size * d.size + (h->planned ? 0 : (size_t)d.k)) * ohw *
+            sizeof(uint16_t);
+        c->wgrad_images = amp_wgrad_chunk(d.n, per_image, ohw, AMP_GPU_WGRAD_LIMIT);
+        snprintf(c->detail, sizeof c->detail,
+                 "cuDNN %s forward %s%s, backward-data %s%s, weight gradient cuBLAS float32 "
+                 "(%d images per GEMM); workspace %.1f MiB",
+                 h->planned ? "NHWC (measured, deterministic)" : "NCHW",
+                 amp_cudnn_fwd_name(c->fwd), amp_cudnn_math_name(c->fwd_math),
+                 amp_cudnn_bwd_data_name(c->bwd_data), amp_cudnn_math_name(c->bwd_data_math),
+                 c->wgrad_images, (double)c->ws_bytes / 1048576.0);
     }
-    /* the weight gradient's operands per image: im2col columns, gradient by channel */
-    const size_t ohw = (size_t)d.out_h * d.out_w;
-    const size_t per_image = ((size_t)d.c * d.size * d.size + (size_t)d.k) * ohw * sizeof(uint16_t);
-    c->wgrad_images = amp_wgrad_chunk(d.n, per_image, ohw, AMP_GPU_WGRAD_LIMIT);
-    const size_t nb = (size_t)c->wgrad_images;
-    AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->col, (size_t)d.c * d.size * d.size * ohw * nb *
-                                                      sizeof(uint16_t), why, whylen));
-    if (st.dyc_scratch) /* the plan's GEMM reads the NHWC gradient in place */
-        AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->dyc, (size_t)d.k * ohw * nb * sizeof(uint16_t),
-                                             why, whylen));
-    snprintf(c->detail, sizeof c->detail,
-             "cuDNN %s forward %s%s, backward-data %s%s, weight gradient cuBLAS float32 "
-             "(%d images per GEMM); workspace %.1f MiB",
-             h->planned ? "NHWC (measured)" : "NCHW", amp_cudnn_fwd_name(c->fwd),
-             amp_cudnn_math_name(c->fwd_math),
-             amp_cudnn_bwd_data_name(c->bwd_data), amp_cudnn_math_name(c->bwd_data_math),
-             c->wgrad_images, (double)c->ws_bytes / 1048576.0);
+    AMP_FORWARD_IF_ERROR(reserve_scratch(al, l, c, why, whylen));
     c->batch = l->batch, c->h = l->h, c->w = l->w, c->planned = h->planned;
     return AMP_OK;
 }
@@ -399,9 +457,8 @@ static amp_status planned_weight_gradient(amp_layer *al, const struct amp_cudnn_
 
 /* Backward: the deltas this layer last reads zeroed; the tail's gradient
  * (tail.cu, into the half delta; or darknet's float32 tail, then rounded
- * into scratch); the weight gradient in float32; the data gradient added
- * by cuDNN (beta 1, its blend in float32) into the previous layer's half
- * delta, or widened and added into its float32 delta. */
+ * into scratch); the weight gradient in float32; the data gradient, rounded
+ * to half by cuDNN, added into the previous layer's delta. */
 static amp_status planned_backward(amp_layer *al, layer l, network net, char *err, size_t errlen)
 {
     amp_gpu_half *h = amp_gpu_half_of(al);
@@ -430,20 +487,31 @@ static amp_status planned_backward(amp_layer *al, layer l, network net, char *er
     AMP_FORWARD_IF_ERROR(planned_weight_gradient(al, c, &l, in, dy, x, h->dtype, err, errlen));
     uint16_t *prev = amp_cuda_half_delta(al->owner, al->index - 1);
     if (!prev && !net.delta_gpu) return AMP_OK;
+    /* The data gradient as the CPU plan adds it: half(dx) straight into a
+     * half delta this layer is the first to add into (it is zero), else
+     * half(delta + half(dx)) (movement.cu's rows, added); into a float32
+     * delta widened and added. */
+    const int first = prev && al->owner->layers[al->index - 1].delta_from == al->index;
+    void *dx = first ? (void *)prev : x->dx.p;
     AMP_FORWARD_IF_ERROR(
         AMP_CUDNN_CHECK(cudnnSetConvolutionMathType(c->conv, c->bwd_data_math), err, errlen));
     AMP_GPU_RUN(al, AMP_PROF_KERNEL,
-                AMP_CUDNN_CHECK(cudnnConvolutionBackwardData(
-                                    cudnn_handle(), &one, c->wd, w, c->y, dy, c->conv,
-                                    c->bwd_data, x->ws.p, c->ws_bytes, prev ? &one : &zero, c->x,
-                                    prev ? (void *)prev : x->dx.p),
+                AMP_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_handle(), &one, c->wd, w, c->y,
+                                                             dy, c->conv, c->bwd_data, x->ws.p,
+                                                             c->ws_bytes, &zero, c->x, dx),
                                 err, errlen));
-    if (prev) return AMP_OK;
-    const size_t nin = (size_t)l.inputs * l.batch;
+    if (first) return AMP_OK;
+    const long positions = (long)l.batch * l.h * l.w;
+    if (prev) {
+        AMP_GPU_RUN(al, AMP_PROF_CONVERT,
+                    amp_cuda_rows_nhwc(prev, l.c, x->dx.p, l.c, positions, l.c, 1, h->dtype, 0,
+                                       err, errlen));
+        return AMP_OK;
+    }
     AMP_GPU_RUN(al, AMP_PROF_CONVERT,
                 amp_cuda_from_half_nhwc(x->dx.p, x->t.p, l.batch, l.c, l.c, (long)l.h * l.w,
                                         h->dtype, 0, err, errlen));
-    axpy_gpu((int)nin, 1, x->t.p, 1, net.delta_gpu, 1);
+    axpy_gpu(l.inputs * l.batch, 1, x->t.p, 1, net.delta_gpu, 1);
     return AMP_OK;
 }
 

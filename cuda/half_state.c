@@ -29,6 +29,7 @@ void amp_gpu_half_ctx_free(amp_gpu_half_ctx *ctx)
     scratch_free(&ctx->t);
     scratch_free(&ctx->col);
     scratch_free(&ctx->dyc);
+    scratch_free(&ctx->tw);
     free(ctx);
 }
 

@@ -210,16 +210,18 @@ int main(void)
 
     /* The activation plan's storage on the device (amp_gpu_storage_of), for
      * every combination the plan makes: a half convolution (converts) or
-     * not, its output and its input half or not, batch-norm, an activation
-     * whose gradient needs its input; x_half as plan.c sets it. What the
+     * not, its output and its input half or not (its backward the first to
+     * add into that delta or not), batch-norm, an activation whose gradient
+     * needs its input; x_half as plan.c sets it. What the
      * planned forward and backward read and write must exist, and nothing
      * darknet's float32 tail still reads may be freed. */
     {
         int combos = 0, bad = 0;
-        for (int m = 0; m < 32; ++m) {
+        for (int m = 0; m < 64; ++m) {
             amp_gpu_layer_plan p = {.converts = m & 1, .out_half = m >> 1 & 1,
                                     .in_half = m >> 2 & 1, .batch_normalize = m >> 3 & 1,
-                                    .needs_input = m >> 4 & 1};
+                                    .needs_input = m >> 4 & 1, .in_first = m >> 5 & 1};
+            if (p.in_first && !p.in_half) continue; /* no half delta to be first into */
             p.x_half = p.converts && (p.batch_normalize || (p.out_half && p.needs_input));
             const amp_gpu_storage t = amp_gpu_storage_of(&p);
             int why = 0;
@@ -230,8 +232,12 @@ int main(void)
                 /* forward: an input to read, somewhere to write the convolution */
                 why |= !(in_place || t.in_scratch) << 1;
                 why |= !(t.x_h || (t.planned && p.out_half) || t.out_scratch) << 2;
-                /* backward: the data gradient into the half delta, or through scratch */
-                why |= !(in_place || (t.in_scratch && (t.dx32_scratch || !t.planned))) << 3;
+                /* backward: the data gradient straight into a zero half delta, or
+                 * through half scratch (added: half(delta + half(dx)), as the CPU
+                 * plan adds), or widened into a float32 delta */
+                why |= !((in_place && p.in_first) || (t.dx_scratch && (in_place || !t.planned ||
+                                                                      t.dx32_scratch)))
+                       << 3;
                 /* nothing darknet's float32 tail reads freed */
                 why |= (t.darknet_tail && (t.drop_x || t.drop_activation_input)) << 4;
                 /* what is freed made again by the half tail, from x in half */
@@ -241,20 +247,23 @@ int main(void)
                 why |= (t.planned && p.out_half && p.batch_normalize && !t.x_h) << 7;
                 /* no scratch where the plan's tensors serve */
                 why |= (in_place && (t.in_scratch || t.dx32_scratch)) << 8;
+                why |= (in_place && p.in_first && t.dx_scratch) << 13;
                 why |= (t.planned && p.out_half && t.out_scratch) << 9;
                 why |= (t.planned && t.dyc_scratch) << 10;
-                /* no half neighbour: the layer as without the plan */
-                why |= (!p.out_half && !p.in_half && !p.x_half &&
-                        (t.planned || !t.in_scratch || !t.out_scratch || !t.dyc_scratch)) << 11;
+                /* no half neighbour: the layer as without the plan (a half
+                 * batch-norm input alone changes nothing on the device) */
+                why |= (!p.out_half && !p.in_half &&
+                        (t.planned || !t.in_scratch || !t.dx_scratch || !t.out_scratch ||
+                         !t.dyc_scratch || t.x_h || t.drop_x)) << 11;
             } else {
                 why |= (t.planned || t.x_h || t.drop_x || t.drop_activation_input || t.in_scratch ||
-                        t.out_scratch || t.dx32_scratch || t.dyc_scratch) << 12;
+                        t.dx_scratch || t.out_scratch || t.dx32_scratch || t.dyc_scratch) << 12;
             }
             if (why) {
                 ++bad;
-                printf("  storage of converts %d, out_half %d, in_half %d, batch-norm %d, "
-                       "needs input %d: rules 0x%x broken\n", p.converts, p.out_half, p.in_half,
-                       p.batch_normalize, p.needs_input, why);
+                printf("  storage of converts %d, out_half %d, in_half %d (first %d), batch-norm "
+                       "%d, needs input %d: rules 0x%x broken\n", p.converts, p.out_half,
+                       p.in_half, p.in_first, p.batch_normalize, p.needs_input, why);
             }
             ++combos;
         }
@@ -281,7 +290,7 @@ int main(void)
     gemm_case("data gradient", 0, 0, batch, in, out, out, in, in);
 
     /* Algorithm choice. */
-    amp_algo_candidate c[] = {{6, 0, 0}, {1, 1, 5000}, {0, 1, 100}, {2, 1, 0}};
+    amp_algo_candidate c[] = {{6, 0, 0, 1}, {1, 1, 5000, 0}, {0, 1, 100, 1}, {2, 1, 0, 0}};
     CHECK(amp_algo_pick(c, 4, 10000) == 1, "the fastest supported candidate within the limit: "
                                            "index %d (expected 1)", amp_algo_pick(c, 4, 10000));
     CHECK(amp_algo_pick(c, 4, 1000) == 2, "a candidate over the limit is passed over: index %d "
@@ -290,6 +299,17 @@ int main(void)
           amp_algo_pick(c, 1, 1000));
     CHECK(amp_algo_pick(c, 0, 1000) == -1, "no candidate at all: %d (expected -1)",
           amp_algo_pick(c, 0, 1000));
+    /* the planned form's: the first deterministic one that fits, else any */
+    amp_algo_candidate dc[] = {{0, 1, 100, 0}, {1, 1, 5000, 1}, {2, 1, 200, 1}, {3, 0, 0, 1}};
+    CHECK(amp_algo_pick_deterministic(dc, 4, 10000) == 1,
+          "the fastest deterministic candidate within the limit: index %d (expected 1)",
+          amp_algo_pick_deterministic(dc, 4, 10000));
+    CHECK(amp_algo_pick_deterministic(dc, 4, 1000) == 2,
+          "a deterministic one over the limit passed over: index %d (expected 2)",
+          amp_algo_pick_deterministic(dc, 4, 1000));
+    CHECK(amp_algo_pick_deterministic(dc, 1, 1000) == 0,
+          "none deterministic: the fastest that fits, index %d (expected 0)",
+          amp_algo_pick_deterministic(dc, 1, 1000));
 
     /* Convolution dimensions: darknet's out_h = (h + 2 pad - size) / stride + 1. */
     char why[256] = "";

@@ -201,6 +201,26 @@ static const char *amp_cudnn_math_name(cudnnMathType_t m)
     }
 }
 
+/* The bytes of darknet's own workspace (net.workspace): its layers' largest
+ * float32 need, as parse_network_cfg and resize_network size it. */
+static size_t darknet_workspace(const network *net)
+{
+    size_t most = 0;
+    for (int i = 0; i < net->n; ++i)
+        if (net->layers[i].workspace_size > most) most = net->layers[i].workspace_size;
+    return most;
+}
+
+/* The cuDNN workspace of c's calls: darknet's own where it is large enough
+ * (darknet runs one layer at a time on one stream, so the network needs one
+ * workspace), else the backend's. */
+static void *workspace_of(const amp_layer *al, const struct amp_cudnn_conv *c,
+                          const network *net)
+{
+    return c->ws_bytes <= darknet_workspace(al->owner->net) ? (void *)net->workspace
+                                                             : amp_gpu_half_of(al)->ctx->ws.p;
+}
+
 /* The shared scratch l's calls need for the shape and plan as set up: the
  * workspace, the operands at a region's edges (gpu_plan.c's
  * amp_gpu_storage_of), the weight gradient's. Reserved on every call, since
@@ -213,7 +233,8 @@ static amp_status reserve_scratch(amp_layer *al, const layer *l, const struct am
     amp_gpu_half_ctx *x = h->ctx;
     const size_t nin = (size_t)l->inputs * l->batch, nout = (size_t)l->outputs * l->batch;
     const amp_gpu_storage st = amp_cuda_storage(al, l);
-    AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->ws, c->ws_bytes, why, whylen));
+    if (c->ws_bytes > darknet_workspace(al->owner->net)) /* else darknet's (workspace_of) */
+        AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->ws, c->ws_bytes, why, whylen));
     if (st.in_scratch)
         AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->x, nin * sizeof(uint16_t), why, whylen));
     if (st.dx_scratch)
@@ -395,6 +416,7 @@ static amp_status planned_forward(amp_layer *al, layer l, network net, char *err
     amp_gpu_half *h = amp_gpu_half_of(al);
     struct amp_cudnn_conv *c = h->conv;
     amp_gpu_half_ctx *x = h->ctx;
+    void *const ws = workspace_of(al, c, &net);
     const float one = 1, zero = 0;
     const uint16_t *w = NULL, *in = NULL;
     AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_gpu_half_weights(al, l.weights_gpu, &w, err, errlen));
@@ -404,7 +426,7 @@ static amp_status planned_forward(amp_layer *al, layer l, network net, char *err
         AMP_CUDNN_CHECK(cudnnSetConvolutionMathType(c->conv, c->fwd_math), err, errlen));
     AMP_GPU_RUN(al, AMP_PROF_KERNEL,
                 AMP_CUDNN_CHECK(cudnnConvolutionForward(cudnn_handle(), &one, c->x, in, c->wd, w,
-                                                        c->conv, c->fwd, x->ws.p, c->ws_bytes,
+                                                        c->conv, c->fwd, ws, c->ws_bytes,
                                                         &zero, c->y, out),
                                 err, errlen));
     if (al->out_half) {
@@ -464,6 +486,7 @@ static amp_status planned_backward(amp_layer *al, layer l, network net, char *er
     amp_gpu_half *h = amp_gpu_half_of(al);
     struct amp_cudnn_conv *c = h->conv;
     amp_gpu_half_ctx *x = h->ctx;
+    void *const ws = workspace_of(al, c, &net);
     AMP_FORWARD_IF_ERROR(amp_cuda_deltas_begin(al->owner, al->index, err, errlen));
     const uint16_t *dy = h->delta_h;
     if (al->out_half) {
@@ -497,7 +520,7 @@ static amp_status planned_backward(amp_layer *al, layer l, network net, char *er
         AMP_CUDNN_CHECK(cudnnSetConvolutionMathType(c->conv, c->bwd_data_math), err, errlen));
     AMP_GPU_RUN(al, AMP_PROF_KERNEL,
                 AMP_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_handle(), &one, c->wd, w, c->y,
-                                                             dy, c->conv, c->bwd_data, x->ws.p,
+                                                             dy, c->conv, c->bwd_data, ws,
                                                              c->ws_bytes, &zero, c->x, dx),
                                 err, errlen));
     if (first) return AMP_OK;
@@ -521,6 +544,7 @@ static amp_status forward(amp_layer *al, layer l, network net, char *err, size_t
     struct amp_cudnn_conv *c = h->conv;
     amp_gpu_half_ctx *x = h->ctx;
     AMP_FORWARD_IF_ERROR(ensure_shape(al, &l, err, errlen));
+    void *const ws = workspace_of(al, c, &net);
     if (h->planned) return planned_forward(al, l, net, err, errlen);
     size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
     const float one = 1, zero = 0;
@@ -531,7 +555,7 @@ static amp_status forward(amp_layer *al, layer l, network net, char *err, size_t
         AMP_CUDNN_CHECK(cudnnSetConvolutionMathType(c->conv, c->fwd_math), err, errlen));
     AMP_GPU_RUN(al, AMP_PROF_KERNEL,
                 AMP_CUDNN_CHECK(cudnnConvolutionForward(cudnn_handle(), &one, c->x, x->x.p, c->wd,
-                                                        w, c->conv, c->fwd, x->ws.p, c->ws_bytes,
+                                                        w, c->conv, c->fwd, ws, c->ws_bytes,
                                                         &zero, c->y, x->y.p),
                                 err, errlen));
     AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_cuda_from_half(x->y.p, l.output_gpu, nout, h->dtype, 0, err, errlen));
@@ -580,6 +604,7 @@ static amp_status backward(amp_layer *al, layer l, network net, char *err, size_
     struct amp_cudnn_conv *c = h->conv;
     amp_gpu_half_ctx *x = h->ctx;
     AMP_FORWARD_IF_ERROR(ensure_shape(al, &l, err, errlen));
+    void *const ws = workspace_of(al, c, &net);
     if (h->planned) return planned_backward(al, l, net, err, errlen);
     size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
     /* darknet's float32 tail gradients, as in backward_convolutional_layer_gpu */
@@ -602,7 +627,7 @@ static amp_status backward(amp_layer *al, layer l, network net, char *err, size_
         AMP_GPU_RUN(al, AMP_PROF_KERNEL,
                     AMP_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
                                         cudnn_handle(), &alpha, c->x, x->x.p, c->y, x->y.p,
-                                        c->conv, c->bwd_filter, x->ws.p, c->ws_bytes, &zero,
+                                        c->conv, c->bwd_filter, ws, c->ws_bytes, &zero,
                                         c->wd, x->dw.p),
                                     err, errlen));
         AMP_GPU_RUN(al, AMP_PROF_CONVERT,
@@ -617,7 +642,7 @@ static amp_status backward(amp_layer *al, layer l, network net, char *err, size_
         AMP_CUDNN_CHECK(cudnnSetConvolutionMathType(c->conv, c->bwd_data_math), err, errlen));
     AMP_GPU_RUN(al, AMP_PROF_KERNEL,
                 AMP_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_handle(), &one, c->wd, w, c->y,
-                                                             x->y.p, c->conv, c->bwd_data, x->ws.p,
+                                                             x->y.p, c->conv, c->bwd_data, ws,
                                                              c->ws_bytes, &zero, c->x, x->dx.p),
                                 err, errlen));
     AMP_GPU_RUN(al, AMP_PROF_CONVERT,

@@ -84,7 +84,8 @@ amp_gpu_storage amp_cuda_storage(const amp_layer *al, const layer *l)
     const amp_gpu_half *h = amp_gpu_half_of(al);
     const int in_half = amp_cuda_input_half(al);
     const amp_gpu_layer_plan p = {
-        .converts = h && h->conv, /* a half convolution through cuDNN */
+        /* a half convolution through cuDNN (AMP_IO_CONVERTS is only ever one) */
+        .converts = al->io == AMP_IO_CONVERTS || (h && h->conv),
         .out_half = al->out_half,
         .x_half = al->x_half,
         .in_half = in_half,
@@ -137,32 +138,16 @@ static amp_status maxpool_backward(amp_layer *al, layer l, network net, char *er
                                           dtype_of(al->owner), 0, err, errlen);
 }
 
-/* A route's input i: the channels it takes, the input's channels, its first. */
-static int route_channels(const layer *l, int i)
-{
-    return l->input_sizes[i] / (l->out_h * l->out_w);
-}
-
-static int route_input_channels(const layer *l, int i)
-{
-    return l->groups > 1 ? route_channels(l, i) * l->groups : route_channels(l, i);
-}
-
-static int route_first_channel(const layer *l, int i)
-{
-    return l->groups > 1 ? route_channels(l, i) * l->group_id : 0;
-}
-
 static amp_status route_forward(amp_layer *al, layer l, network net, char *err, size_t errlen)
 {
     const long positions = (long)l.batch * l.out_h * l.out_w;
     int off = 0;
     for (int i = 0; i < l.n; ++i) {
         const uint16_t *in = (const uint16_t *)net.layers[l.input_layers[i]].output_gpu +
-                             route_first_channel(&l, i);
-        const int c = route_channels(&l, i);
+                             amp_route_first_channel(&l, i);
+        const int c = amp_route_channels(&l, i);
         AMP_FORWARD_IF_ERROR(amp_cuda_rows_nhwc((uint16_t *)l.output_gpu + off, l.out_c, in,
-                                                route_input_channels(&l, i), positions, c, 0,
+                                                amp_route_input_channels(&l, i), positions, c, 0,
                                                 dtype_of(al->owner), 0, err, errlen));
         off += c;
     }
@@ -178,10 +163,10 @@ static amp_status route_backward(amp_layer *al, layer l, network net, char *err,
     int off = 0;
     for (int i = 0; i < l.n; ++i) {
         uint16_t *dst = amp_cuda_half_delta(al->owner, l.input_layers[i]);
-        const int c = route_channels(&l, i);
+        const int c = amp_route_channels(&l, i);
         if (dst)
-            AMP_FORWARD_IF_ERROR(amp_cuda_rows_nhwc(dst + route_first_channel(&l, i),
-                                                    route_input_channels(&l, i), d + off, l.out_c,
+            AMP_FORWARD_IF_ERROR(amp_cuda_rows_nhwc(dst + amp_route_first_channel(&l, i),
+                                                    amp_route_input_channels(&l, i), d + off, l.out_c,
                                                     positions, c, 1, dtype_of(al->owner), 0, err,
                                                     errlen));
         off += c;
@@ -313,6 +298,15 @@ amp_status amp_cuda_activations(amp_net *an, char *err, size_t errlen)
                                 AMP_ERR_NOMEM, err, errlen, "amp: layer %d: %s", i, why);
         amp_gpu_half *h = amp_gpu_half_of(al);
         const size_t n = (size_t)l->outputs * l->batch;
+        /* a resize can leave a layer in a shape its half form does not take
+         * (a route's inputs of different sizes) */
+        AMP_RETURN_ERROR_IF(al->region && !amp_cuda_movement_has_half(l), AMP_ERR_INVALID, err,
+                            errlen,
+                            "amp: layer %d [%s]: at %dx%d its half form cannot run (a route's "
+                            "inputs of different sizes?); train this network with "
+                            "DARKNET_AMP_GPU_PLAN=float32",
+                            i, amp_kind_of(l->type) ? amp_kind_of(l->type)->name : "?", net->w,
+                            net->h);
         if (st.output_half) {
             AMP_FORWARD_IF_ERROR(remake(&l->output_gpu, n, sizeof(uint16_t), err, errlen));
             drop(&l->delta_gpu);

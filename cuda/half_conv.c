@@ -201,13 +201,17 @@ static const char *amp_cudnn_math_name(cudnnMathType_t m)
     }
 }
 
-/* The bytes of darknet's own workspace (net.workspace): its layers' largest
- * float32 need, as parse_network_cfg and resize_network size it. */
+/* Bytes darknet's own workspace (net.workspace) surely holds: its layers'
+ * largest float32 need up to the first avgpool. parse_network_cfg sizes it
+ * over every layer, resize_network over the layers up to that one (it
+ * resizes no further), so this is within both. */
 static size_t darknet_workspace(const network *net)
 {
     size_t most = 0;
-    for (int i = 0; i < net->n; ++i)
+    for (int i = 0; i < net->n; ++i) {
         if (net->layers[i].workspace_size > most) most = net->layers[i].workspace_size;
+        if (net->layers[i].type == AVGPOOL) break;
+    }
     return most;
 }
 
@@ -365,6 +369,70 @@ amp_status amp_cudnn_conv_setup(amp_layer *al, const layer *l, char *why, size_t
 
 #undef CHECK
 
+/* darknet's float32 tail on a float32 output, as in
+ * forward_convolutional_layer_gpu: batch-norm or the bias, the activation
+ * (keeping its input where its gradient needs it)... */
+static void darknet_tail_forward(layer l, network net)
+{
+    if (l.batch_normalize) forward_batchnorm_layer_gpu(l, net);
+    else add_bias_gpu(l.output_gpu, l.biases_gpu, l.batch, l.n, l.out_w * l.out_h);
+    activate_array_keep_gpu(l.output_gpu, l.outputs * l.batch, l.activation,
+                            l.activation_input_gpu);
+}
+
+/* ...and its gradients, as in backward_convolutional_layer_gpu. */
+static void darknet_tail_backward(layer l, network net)
+{
+    gradient_array_gpu(activation_needs_input(l.activation) ? l.activation_input_gpu
+                                                            : l.output_gpu,
+                       l.outputs * l.batch, l.activation, l.delta_gpu);
+    if (l.batch_normalize) backward_batchnorm_layer_gpu(l, net);
+    else backward_bias_gpu(l.bias_updates_gpu, l.delta_gpu, l.batch, l.n, l.out_w * l.out_h);
+}
+
+/* The weight gradient, summed in float32 into weight_updates_gpu, from the
+ * half input in and the half incoming gradient dy: per chunk of images the
+ * input as im2col columns, then per group one GEMM (darknet's row-major
+ * terms: dW[filters/groups][cols] += dy[filters/groups][K] col[cols][K]^T).
+ * NCHW (the layer outside the plan): dy laid out by channel first
+ * (wgrad_index.h). NHWC (planned): the columns gathered from NHWC, dy read
+ * in place, transposed (its rows are positions, the group's filters
+ * columns). */
+static amp_status weight_gradient(amp_layer *al, const struct amp_cudnn_conv *c, const layer *l,
+                                  const uint16_t *in, const uint16_t *dy, int nhwc,
+                                  amp_gpu_half_ctx *x, amp_dtype dtype, char *err, size_t errlen)
+{
+    const int g = l->groups > 0 ? l->groups : 1, cg = l->c / g, ng = l->n / g;
+    const int cols = cg * l->size * l->size;
+    const size_t ohw = (size_t)l->out_h * l->out_w, chw = (size_t)l->c * l->h * l->w;
+    for (int b0 = 0; b0 < l->batch; b0 += c->wgrad_images) {
+        const int nb = l->batch - b0 < c->wgrad_images ? l->batch - b0 : c->wgrad_images;
+        const int k = nb * (int)ohw; /* amp_wgrad_chunk keeps it an int */
+        const amp_im2col_dims d = {nb, l->c, l->h, l->w, l->size, l->stride, l->pad,
+                                   l->out_h, l->out_w};
+        const uint16_t *xb = in + (size_t)b0 * chw, *yb = dy + (size_t)b0 * l->n * ohw;
+        uint16_t *col = x->col.p, *dyc = x->dyc.p;
+        if (nhwc) {
+            AMP_GPU_RUN(al, AMP_PROF_CONVERT,
+                        amp_cuda_im2col_half_nhwc(xb, d, l->c, col, 0, err, errlen));
+        } else {
+            AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_cuda_im2col_half(xb, d, col, 0, err, errlen));
+            AMP_GPU_RUN(al, AMP_PROF_CONVERT,
+                        amp_cuda_to_cnhw_half(yb, nb, l->n, ohw, dyc, 0, err, errlen));
+        }
+        for (int j = 0; j < g; ++j) {
+            /* the group's gradient: NHWC columns j ng.. of rows of n, else rows of k */
+            const uint16_t *a = nhwc ? yb + (size_t)j * ng : dyc + (size_t)j * ng * k;
+            AMP_GPU_RUN(al, AMP_PROF_KERNEL,
+                        amp_gpu_gemm_half(dtype, nhwc, 1, ng, cols, k, a, nhwc ? l->n : k,
+                                          col + (size_t)j * cols * k, k, 1,
+                                          l->weight_updates_gpu + (size_t)j * ng * cols, cols,
+                                          err, errlen));
+        }
+    }
+    return AMP_OK;
+}
+
 /* ---- the planned form: NHWC half tensors (activations.c) ---- */
 
 /* The tail's arguments for l on the plan's storage (tail.cu). */
@@ -437,43 +505,7 @@ static amp_status planned_forward(amp_layer *al, layer l, network net, char *err
     AMP_GPU_RUN(al, AMP_PROF_CONVERT,
                 amp_cuda_from_half_nhwc(x->y.p, l.output_gpu, l.batch, l.out_c, l.out_c,
                                         (long)l.out_h * l.out_w, h->dtype, 0, err, errlen));
-    if (l.batch_normalize) forward_batchnorm_layer_gpu(l, net);
-    else add_bias_gpu(l.output_gpu, l.biases_gpu, l.batch, l.n, l.out_w * l.out_h);
-    activate_array_keep_gpu(l.output_gpu, l.outputs * l.batch, l.activation,
-                            l.activation_input_gpu);
-    return AMP_OK;
-}
-
-/* The weight gradient from NHWC tensors, summed in float32 into
- * weight_updates_gpu: per chunk of images the input's im2col columns
- * (gathered from NHWC, wgrad_index.h), and per group one GEMM reading the
- * NHWC gradient in place, transposed (darknet's row-major terms:
- * dW[ng][cols] += dy[K][n]^T(group's columns) col[cols][K]^T). */
-static amp_status planned_weight_gradient(amp_layer *al, const struct amp_cudnn_conv *c,
-                                          const layer *l, const uint16_t *in,
-                                          const uint16_t *dy, amp_gpu_half_ctx *x,
-                                          amp_dtype dtype, char *err, size_t errlen)
-{
-    const int g = l->groups > 0 ? l->groups : 1, cg = l->c / g, ng = l->n / g;
-    const int cols = cg * l->size * l->size;
-    const size_t ohw = (size_t)l->out_h * l->out_w, chw = (size_t)l->c * l->h * l->w;
-    for (int b0 = 0; b0 < l->batch; b0 += c->wgrad_images) {
-        const int nb = l->batch - b0 < c->wgrad_images ? l->batch - b0 : c->wgrad_images;
-        const int k = nb * (int)ohw; /* amp_wgrad_chunk keeps it an int */
-        const amp_im2col_dims d = {nb, l->c, l->h, l->w, l->size, l->stride, l->pad,
-                                   l->out_h, l->out_w};
-        uint16_t *col = x->col.p;
-        const uint16_t *yb = dy + (size_t)b0 * l->n * ohw;
-        AMP_GPU_RUN(al, AMP_PROF_CONVERT,
-                    amp_cuda_im2col_half_nhwc(in + (size_t)b0 * chw, d, l->c, col, 0, err,
-                                              errlen));
-        for (int j = 0; j < g; ++j)
-            AMP_GPU_RUN(al, AMP_PROF_KERNEL,
-                        amp_gpu_gemm_half(dtype, 1, 1, ng, cols, k, yb + (size_t)j * ng, l->n,
-                                          col + (size_t)j * cols * k, k, 1,
-                                          l->weight_updates_gpu + (size_t)j * ng * cols, cols,
-                                          err, errlen));
-    }
+    darknet_tail_forward(l, net);
     return AMP_OK;
 }
 
@@ -493,11 +525,7 @@ static amp_status planned_backward(amp_layer *al, layer l, network net, char *er
         const amp_cuda_tail t = planned_tail(h, &l, &net);
         AMP_GPU_RUN(al, AMP_PROF_KERNEL, amp_cuda_tail_backward(&t, 0, err, errlen));
     } else {
-        gradient_array_gpu(activation_needs_input(l.activation) ? l.activation_input_gpu
-                                                                : l.output_gpu,
-                           l.outputs * l.batch, l.activation, l.delta_gpu);
-        if (l.batch_normalize) backward_batchnorm_layer_gpu(l, net);
-        else backward_bias_gpu(l.bias_updates_gpu, l.delta_gpu, l.batch, l.n, l.out_w * l.out_h);
+        darknet_tail_backward(l, net);
         AMP_GPU_RUN(al, AMP_PROF_CONVERT,
                     amp_cuda_to_half_nhwc(l.delta_gpu, x->y.p, l.batch, l.out_c, l.out_c,
                                           (long)l.out_h * l.out_w, h->dtype, 0, err, errlen));
@@ -507,7 +535,7 @@ static amp_status planned_backward(amp_layer *al, layer l, network net, char *er
     const uint16_t *w = NULL, *in = NULL;
     AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_gpu_half_weights(al, l.weights_gpu, &w, err, errlen));
     AMP_FORWARD_IF_ERROR(planned_input(al, &l, &net, &in, err, errlen));
-    AMP_FORWARD_IF_ERROR(planned_weight_gradient(al, c, &l, in, dy, x, h->dtype, err, errlen));
+    AMP_FORWARD_IF_ERROR(weight_gradient(al, c, &l, in, dy, 1, x, h->dtype, err, errlen));
     uint16_t *prev = amp_cuda_half_delta(al->owner, al->index - 1);
     if (!prev && !net.delta_gpu) return AMP_OK;
     /* The data gradient as the CPU plan adds it: half(dx) straight into a
@@ -559,42 +587,7 @@ static amp_status forward(amp_layer *al, layer l, network net, char *err, size_t
                                                         &zero, c->y, x->y.p),
                                 err, errlen));
     AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_cuda_from_half(x->y.p, l.output_gpu, nout, h->dtype, 0, err, errlen));
-    /* darknet's float32 tail, as in forward_convolutional_layer_gpu */
-    if (l.batch_normalize) forward_batchnorm_layer_gpu(l, net);
-    else add_bias_gpu(l.output_gpu, l.biases_gpu, l.batch, l.n, l.out_w * l.out_h);
-    activate_array_keep_gpu(l.output_gpu, l.outputs * l.batch, l.activation,
-                            l.activation_input_gpu);
-    return AMP_OK;
-}
-
-/* The weight gradient, summed in float32 into weight_updates_gpu: per chunk
- * of images, the half input as im2col columns and the half gradient by
- * channel, then per group one GEMM (darknet's row-major terms:
- * dW[filters/groups][cols] += dy[filters/groups][K] col[cols][K]^T). */
-static amp_status weight_gradient(amp_layer *al, const struct amp_cudnn_conv *c, const layer *l,
-                                  amp_gpu_half_ctx *x, amp_dtype dtype, char *err,
-                                  size_t errlen)
-{
-    const int g = l->groups > 0 ? l->groups : 1, cg = l->c / g, ng = l->n / g;
-    const int cols = cg * l->size * l->size;
-    const size_t ohw = (size_t)l->out_h * l->out_w, chw = (size_t)l->c * l->h * l->w;
-    for (int b0 = 0; b0 < l->batch; b0 += c->wgrad_images) {
-        const int nb = l->batch - b0 < c->wgrad_images ? l->batch - b0 : c->wgrad_images;
-        const int k = nb * (int)ohw; /* amp_wgrad_chunk keeps it an int */
-        const amp_im2col_dims d = {nb, l->c, l->h, l->w, l->size, l->stride, l->pad,
-                                   l->out_h, l->out_w};
-        const uint16_t *xb = (const uint16_t *)x->x.p + (size_t)b0 * chw;
-        const uint16_t *yb = (const uint16_t *)x->y.p + (size_t)b0 * l->n * ohw;
-        uint16_t *col = x->col.p, *dyc = x->dyc.p;
-        AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_cuda_im2col_half(xb, d, col, 0, err, errlen));
-        AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_cuda_to_cnhw_half(yb, nb, l->n, ohw, dyc, 0, err, errlen));
-        for (int j = 0; j < g; ++j)
-            AMP_GPU_RUN(al, AMP_PROF_KERNEL,
-                        amp_gpu_gemm_half(dtype, 0, 1, ng, cols, k, dyc + (size_t)j * ng * k, k,
-                                          col + (size_t)j * cols * k, k, 1,
-                                          l->weight_updates_gpu + (size_t)j * ng * cols, cols,
-                                          err, errlen));
-    }
+    darknet_tail_forward(l, net);
     return AMP_OK;
 }
 
@@ -607,13 +600,8 @@ static amp_status backward(amp_layer *al, layer l, network net, char *err, size_
     void *const ws = workspace_of(al, c, &net);
     if (h->planned) return planned_backward(al, l, net, err, errlen);
     size_t nin = (size_t)l.inputs * l.batch, nout = (size_t)l.outputs * l.batch;
-    /* darknet's float32 tail gradients, as in backward_convolutional_layer_gpu */
     if (l.smooth) smooth_layer(l, 5, l.smooth);
-    gradient_array_gpu(activation_needs_input(l.activation) ? l.activation_input_gpu
-                                                            : l.output_gpu,
-                       l.outputs * l.batch, l.activation, l.delta_gpu);
-    if (l.batch_normalize) backward_batchnorm_layer_gpu(l, net);
-    else backward_bias_gpu(l.bias_updates_gpu, l.delta_gpu, l.batch, l.n, l.out_w * l.out_h);
+    darknet_tail_backward(l, net);
 
     const float one = 1, zero = 0;
     const uint16_t *w = NULL;
@@ -635,7 +623,8 @@ static amp_status backward(amp_layer *al, layer l, network net, char *err, size_
                                              (float)(1 << c->wgrad_shift), h->dtype, 0, err,
                                              errlen));
     } else {
-        AMP_FORWARD_IF_ERROR(weight_gradient(al, c, &l, x, h->dtype, err, errlen));
+        AMP_FORWARD_IF_ERROR(weight_gradient(al, c, &l, x->x.p, x->y.p, 0, x, h->dtype, err,
+                                             errlen));
     }
     if (!net.delta_gpu) return AMP_OK;
     AMP_FORWARD_IF_ERROR(

@@ -171,3 +171,20 @@ int amp_kind_half_shape(const layer *l)
     default: return 0;
     }
 }
+
+/* ---- a route's inputs as channel slices (kinds.h) ---- */
+
+int amp_route_channels(const layer *l, int i)
+{
+    return l->input_sizes[i] / (l->out_h * l->out_w);
+}
+
+int amp_route_input_channels(const layer *l, int i)
+{
+    return l->groups > 1 ? amp_route_channels(l, i) * l->groups : amp_route_channels(l, i);
+}
+
+int amp_route_first_channel(const layer *l, int i)
+{
+    return l->groups > 1 ? amp_route_channels(l, i) * l->group_id : 0;
+}

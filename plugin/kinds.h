@@ -42,5 +42,11 @@ double amp_kind_macs(const layer *l);
  * output. A backend offers the forms it has of these (backend.h's
  * layer_install setting AMP_IO_HALF). */
 int amp_kind_half_shape(const layer *l);
+/* A route's input i (one of amp_kind_half_shape's) on channels-last
+ * tensors: the channels it takes, the channels of the tensor it takes them
+ * from, and the first of them (groups: group_id's slice). */
+int amp_route_channels(const layer *l, int i);
+int amp_route_input_channels(const layer *l, int i);
+int amp_route_first_channel(const layer *l, int i);
 
 #endif

@@ -72,22 +72,6 @@ static void add_rows_any(amp_dtype dt, uint16_t *dst, long ds, const uint16_t *s
 
 /* The channels the route takes from input i (its tensor's, at the route's
  * positions): all of them, or with groups G the group_id-th of G slices. */
-static int route_channels(const layer *l, int i)
-{
-    return l->input_sizes[i] / (l->out_h * l->out_w);
-}
-
-/* Input i's tensor: its channels, and the first one the route takes. */
-static int route_input_channels(const layer *l, int i)
-{
-    return l->groups > 1 ? route_channels(l, i) * l->groups : route_channels(l, i);
-}
-
-static int route_first_channel(const layer *l, int i)
-{
-    return l->groups > 1 ? route_channels(l, i) * l->group_id : 0;
-}
-
 static void route_forward(layer l, network net)
 {
     const long positions = (long)l.batch * l.out_h * l.out_w;
@@ -95,8 +79,8 @@ static void route_forward(layer l, network net)
     int off = 0;
     for (int i = 0; i < l.n; ++i) {
         const uint16_t *in = (const uint16_t *)net.layers[l.input_layers[i]].output +
-                             route_first_channel(&l, i);
-        const int c = route_channels(&l, i), ci = route_input_channels(&l, i);
+                             amp_route_first_channel(&l, i);
+        const int c = amp_route_channels(&l, i), ci = amp_route_input_channels(&l, i);
 #pragma omp parallel for schedule(static) if ((long)l.outputs * l.batch > 65536)
         for (long p = 0; p < positions; ++p)
             memcpy(out + p * l.out_c + off, in + p * ci, (size_t)c * sizeof(uint16_t));
@@ -114,9 +98,9 @@ static void route_backward(layer l, network net)
     int off = 0;
     for (int i = 0; i < l.n; ++i) {
         uint16_t *dst = amp_cpu_half_delta(al->owner, l.input_layers[i]);
-        const int c = route_channels(&l, i), ci = route_input_channels(&l, i);
+        const int c = amp_route_channels(&l, i), ci = amp_route_input_channels(&l, i);
         if (dst)
-            add_rows_any(dtype_of(al), dst + route_first_channel(&l, i), ci, d + off, l.out_c,
+            add_rows_any(dtype_of(al), dst + amp_route_first_channel(&l, i), ci, d + off, l.out_c,
                          positions, c);
         off += c;
     }

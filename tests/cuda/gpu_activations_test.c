@@ -64,7 +64,7 @@ static void plan_network(const char *cfg, double bound)
     }
     amp_plan_make(&an);
 
-    int nhalf = 0, wrong_kind = 0, wrong_reader = 0;
+    int nhalf = 0, wrong_kind = 0, wrong_reader = 0, kept = 0, planned_convs = 0;
     double fp32 = 0, planned = 0;
     for (int i = 0; i < net->n; ++i) {
         const amp_layer *al = &an.layers[i];
@@ -86,6 +86,13 @@ static void plan_network(const char *cfg, double bound)
         const double delta = l->delta || al->out_half ? n : 0;
         fp32 += 4 * (n + delta + x + ai);
         const amp_gpu_storage st = amp_cuda_storage(al, l);
+        planned_convs += st.planned;
+        /* a planned convolution with a half output keeps none of darknet's
+         * float32 arrays its half tail makes again */
+        if (st.planned && al->out_half)
+            kept += (l->batch_normalize && !st.drop_x) ||
+                    (activation_needs_input(l->activation) && !st.drop_activation_input) ||
+                    ((l->batch_normalize || activation_needs_input(l->activation)) && !st.x_h);
         planned += st.output_half ? 2 * n : 4 * (n + delta); /* a half delta: in the pool */
         planned += st.drop_x ? 0 : 4 * x;
         planned += st.x_h ? 2 * n : 0;
@@ -105,6 +112,9 @@ static void plan_network(const char *cfg, double bound)
           "%s: half tensors carried only by the GPU's planned convolutions and its maxpool, "
           "route, upsample and shortcut (%d layers of another kind, %d readers without a half form)",
           cfg, wrong_kind, wrong_reader);
+    CHECK(planned_convs > 0 && kept == 0,
+          "%s: %d planned convolutions, %d keeping a float32 array their half tail makes again",
+          cfg, planned_convs, kept);
     CHECK(misaligned == 0, "%s: every half delta 16-byte aligned in the pool of %zu values (%d not)",
           cfg, pool, misaligned);
     const double ratio = planned / fp32;

@@ -510,7 +510,12 @@ static void passes(network **nets, int count, const int *ref, const int *got, co
     for (int pass = 0; pass < (resize ? 3 : 2); ++pass) {
         for (int k = 0; k < count; ++k) {
             if (pass == 1) change_weights(nets[k]);
-            if (pass == 2) resize_network(nets[k], 28, 26);
+            if (pass == 2) {
+#ifdef GPU
+                gpu_index = nets[k]->gpu_index; /* its layers' workspace sizes are the device's */
+#endif
+                resize_network(nets[k], 28, 26);
+            }
             run(nets[k], 3 + pass);
         }
         for (int p = 0; p < npairs; ++p)

@@ -338,12 +338,13 @@ static amp_status ensure_shape(amp_layer *al, const layer *l, char *why, size_t 
             sizeof(uint16_t);
         c->wgrad_images = amp_wgrad_chunk(d.n, per_image, ohw, AMP_GPU_WGRAD_LIMIT);
         snprintf(c->detail, sizeof c->detail,
-                 "cuDNN %s forward %s%s, backward-data %s%s, weight gradient cuBLAS float32 "
-                 "(%d images per GEMM); workspace %.1f MiB",
-                 h->planned ? "NHWC (measured, deterministic)" : "NCHW",
+                 "cuDNN forward %s%s, backward-data %s%s, weight gradient cuBLAS float32 "
+                 "(%d images per GEMM); %sworkspace %.1f MiB",
                  amp_cudnn_fwd_name(c->fwd), amp_cudnn_math_name(c->fwd_math),
                  amp_cudnn_bwd_data_name(c->bwd_data), amp_cudnn_math_name(c->bwd_data_math),
-                 c->wgrad_images, (double)c->ws_bytes / 1048576.0);
+                 c->wgrad_images,
+                 h->planned ? "NHWC half tensors, algorithms measured (deterministic); " : "",
+                 (double)c->ws_bytes / 1048576.0);
     }
     AMP_FORWARD_IF_ERROR(reserve_scratch(al, l, c, why, whylen));
     c->batch = l->batch, c->h = l->h, c->w = l->w, c->planned = h->planned;

@@ -65,8 +65,20 @@ if [ "$mode" = parity ]; then
     fi
     cp "$out/repeat/fp32.log" "$out/fp32.log"
     if run amp_float32 "$amp32"; then late amp_float32; fi
+    # DARKNET_AMP_GPU_PLAN=half (gpu.train_parity.plan): the half dtypes' runs
+    # must have stored tensors between layers in half
+    planned() { # name dtype
+        [ "${DARKNET_AMP_GPU_PLAN:-}" = half ] || return 0
+        if grep -q "activations: [0-9]* of [0-9]* layers' outputs and deltas in $2" "$out/$1.err"; then
+            echo "ok: $1: $(grep -m 1 "activations: " "$out/$1.err" | sed 's/^amp: *//')"
+        else
+            echo "FAIL: $1: DARKNET_AMP_GPU_PLAN=half stored no tensor in half:"
+            grep "activations" "$out/$1.err" | head -n 3; fail=1
+        fi
+    }
     if run amp_float16 "$fp16"; then
         late amp_float16
+        planned amp_float16 float16
         if grep -q "float16 (cuDNN)" "$out/amp_float16.err"; then
             echo "ok: $(grep "float16 (cuDNN)" "$out/amp_float16.err")"
         else
@@ -76,6 +88,7 @@ if [ "$mode" = parity ]; then
     fi
     if "$driver" --cfg "$bf16" $args --save "$out/amp_bfloat16.weights" > "$out/amp_bfloat16.log" 2> "$out/amp_bfloat16.err"; then
         late amp_bfloat16
+        planned amp_bfloat16 bfloat16
         grep -q "bfloat16 (cuDNN)" "$out/amp_bfloat16.err" && echo "ok: $(grep "bfloat16 (cuDNN)" "$out/amp_bfloat16.err")" ||
             { echo "FAIL: the bfloat16 run ran no convolution through cuDNN in half"; fail=1; }
     elif grep -q "amp_dtype=bfloat16 needs a GPU of compute capability 8.0 or newer; GPU 0 (" "$out/amp_bfloat16.err"; then

@@ -101,14 +101,15 @@ uint16_t *amp_cuda_half_delta(const amp_net *an, int i)
     return amp_gpu_half_of(&an->layers[i])->delta_h;
 }
 
-amp_status amp_cuda_deltas_begin(const amp_net *an, int j, char *err, size_t errlen)
+amp_status amp_cuda_deltas_begin(const amp_net *an, int j, int overwritten, char *err,
+                                 size_t errlen)
 {
     int src[32];
     const int n = amp_plan_inputs(an->net, j, src, 32);
     for (int k = -1; k < n; ++k) {
         const int i = k < 0 ? j : src[k]; /* its own: a tensor nobody reads */
         uint16_t *d = amp_cuda_half_delta(an, i);
-        if (!d || an->layers[i].delta_from != j) continue;
+        if (!d || an->layers[i].delta_from != j || i == overwritten) continue;
         const layer *l = &an->net->layers[i];
         AMP_FORWARD_IF_ERROR(AMP_CUDA_CHECK(
             cudaMemsetAsync(d, 0, (size_t)l->outputs * l->batch * sizeof(uint16_t), 0), err,
@@ -130,7 +131,7 @@ static amp_status maxpool_forward(amp_layer *al, layer l, network net, char *err
 static amp_status maxpool_backward(amp_layer *al, layer l, network net, char *err, size_t errlen)
 {
     (void)net;
-    AMP_FORWARD_IF_ERROR(amp_cuda_deltas_begin(al->owner, al->index, err, errlen));
+    AMP_FORWARD_IF_ERROR(amp_cuda_deltas_begin(al->owner, al->index, -1, err, errlen));
     uint16_t *dst = amp_cuda_half_delta(al->owner, al->index - 1);
     if (!dst) return AMP_OK;
     const amp_cuda_pool p = {l.batch, l.h, l.w, l.c, l.out_h, l.out_w, l.size, l.stride, l.pad};
@@ -157,7 +158,7 @@ static amp_status route_forward(amp_layer *al, layer l, network net, char *err, 
 static amp_status route_backward(amp_layer *al, layer l, network net, char *err, size_t errlen)
 {
     (void)net;
-    AMP_FORWARD_IF_ERROR(amp_cuda_deltas_begin(al->owner, al->index, err, errlen));
+    AMP_FORWARD_IF_ERROR(amp_cuda_deltas_begin(al->owner, al->index, -1, err, errlen));
     const long positions = (long)l.batch * l.out_h * l.out_w;
     const uint16_t *d = amp_gpu_half_of(al)->delta_h;
     int off = 0;
@@ -185,7 +186,7 @@ static amp_status upsample_forward(amp_layer *al, layer l, network net, char *er
 static amp_status upsample_backward(amp_layer *al, layer l, network net, char *err, size_t errlen)
 {
     (void)net;
-    AMP_FORWARD_IF_ERROR(amp_cuda_deltas_begin(al->owner, al->index, err, errlen));
+    AMP_FORWARD_IF_ERROR(amp_cuda_deltas_begin(al->owner, al->index, -1, err, errlen));
     uint16_t *dst = amp_cuda_half_delta(al->owner, al->index - 1);
     if (!dst) return AMP_OK;
     return amp_cuda_upsample_nhwc_backward(amp_gpu_half_of(al)->delta_h, dst, l.batch, l.h, l.w,
@@ -203,7 +204,7 @@ static amp_status shortcut_forward(amp_layer *al, layer l, network net, char *er
 static amp_status shortcut_backward(amp_layer *al, layer l, network net, char *err, size_t errlen)
 {
     (void)net;
-    AMP_FORWARD_IF_ERROR(amp_cuda_deltas_begin(al->owner, al->index, err, errlen));
+    AMP_FORWARD_IF_ERROR(amp_cuda_deltas_begin(al->owner, al->index, -1, err, errlen));
     return amp_cuda_shortcut_nhwc_backward(
         amp_gpu_half_of(al)->delta_h, (const uint16_t *)l.output_gpu,
         amp_cuda_half_delta(al->owner, al->index - 1), amp_cuda_half_delta(al->owner, l.index),

@@ -520,7 +520,12 @@ static amp_status planned_backward(amp_layer *al, layer l, network net, char *er
     struct amp_cudnn_conv *c = h->conv;
     amp_gpu_half_ctx *x = h->ctx;
     void *const ws = workspace_of(al, c, &net);
-    AMP_FORWARD_IF_ERROR(amp_cuda_deltas_begin(al->owner, al->index, err, errlen));
+    uint16_t *prev = amp_cuda_half_delta(al->owner, al->index - 1);
+    /* a zero half delta this layer is the first to add into is written whole
+     * by its data gradient (cuDNN, beta 0): not zeroed first */
+    const int first = prev && al->owner->layers[al->index - 1].delta_from == al->index;
+    AMP_FORWARD_IF_ERROR(
+        amp_cuda_deltas_begin(al->owner, al->index, first ? al->index - 1 : -1, err, errlen));
     const uint16_t *dy = h->delta_h;
     if (al->out_half) {
         const amp_cuda_tail t = planned_tail(h, &l, &net);
@@ -537,13 +542,11 @@ static amp_status planned_backward(amp_layer *al, layer l, network net, char *er
     AMP_GPU_RUN(al, AMP_PROF_CONVERT, amp_gpu_half_weights(al, l.weights_gpu, &w, err, errlen));
     AMP_FORWARD_IF_ERROR(planned_input(al, &l, &net, &in, err, errlen));
     AMP_FORWARD_IF_ERROR(weight_gradient(al, c, &l, in, dy, 1, x, h->dtype, err, errlen));
-    uint16_t *prev = amp_cuda_half_delta(al->owner, al->index - 1);
     if (!prev && !net.delta_gpu) return AMP_OK;
     /* The data gradient as the CPU plan adds it: half(dx) straight into a
      * half delta this layer is the first to add into (it is zero), else
      * half(delta + half(dx)) (movement.cu's rows, added); into a float32
      * delta widened and added. */
-    const int first = prev && al->owner->layers[al->index - 1].delta_from == al->index;
     void *dx = first ? (void *)prev : x->dx.p;
     AMP_FORWARD_IF_ERROR(
         AMP_CUDNN_CHECK(cudnnSetConvolutionMathType(c->conv, c->bwd_data_math), err, errlen));

@@ -198,7 +198,8 @@ int amp_cuda_nonfinite_output(amp_net *an, int last, amp_overflow_scan *scan, in
 /* activations.c: the activation plan on the device (backend.h's activations
  * and activations_release; DARKNET_AMP_GPU_PLAN=half): the io a layer offers
  * the plan, the half delta of layer i's output (NULL: float32, or none),
- * the deltas whose last reader is layer i zeroed (its backward's start). */
+ * the deltas whose last reader is layer i zeroed (its backward's start),
+ * but for layer overwritten's (-1: none), which i writes whole. */
 amp_io amp_cuda_layer_io(const amp_layer *al, const layer *l, const amp_gpu_half_ctx *ctx);
 /* The same rule for a layer alone: cudnn_half, a convolution the backend
  * runs in half through cuDNN (the plan's host tests use it). */
@@ -209,7 +210,8 @@ int amp_cuda_movement_has_half(const layer *l);
 amp_status amp_cuda_activations(amp_net *an, char *err, size_t errlen);
 void amp_cuda_activations_release(amp_net *an);
 uint16_t *amp_cuda_half_delta(const amp_net *an, int i);
-amp_status amp_cuda_deltas_begin(const amp_net *an, int i, char *err, size_t errlen);
+amp_status amp_cuda_deltas_begin(const amp_net *an, int i, int overwritten, char *err,
+                                 size_t errlen);
 /* Whether half layer al reads the previous layer's half output. */
 int amp_cuda_input_half(const amp_layer *al);
 

@@ -402,21 +402,30 @@ extern "C" int amp_cuda_tail_supports(int act)
         if (st_ != AMP_OK) return st_;                                                     \
     } while (0)
 
+/* What both passes refuse: an activation without a half tail, and (the
+ * vector passes' 16-byte accesses) a misaligned x, y or (backward) dh. */
+static amp_status tail_check(const amp_cuda_tail *t, const char *who, const uint16_t *dh,
+                             char *err, size_t errlen)
+{
+    if (!amp_act_known(t->act)) {
+        snprintf(err, errlen, "%s: activation %d has no half tail", who, t->act);
+        return AMP_ERR_INVALID;
+    }
+    if (vec_of(t->c) && (misaligned(t->x) || misaligned(t->y) || misaligned(dh))) {
+        snprintf(err, errlen, "%s: %d channels, a tensor not 16-byte aligned", who, t->c);
+        return AMP_ERR_INVALID;
+    }
+    return AMP_OK;
+}
+
 extern "C" amp_status amp_cuda_tail_forward(const amp_cuda_tail *t, cudaStream_t stream, char *err,
                                             size_t errlen)
 {
     if (t->positions <= 0 || t->c <= 0) return AMP_OK;
-    if (!amp_act_known(t->act)) {
-        snprintf(err, errlen, "amp_cuda_tail_forward: activation %d has no half tail", t->act);
-        return AMP_ERR_INVALID;
-    }
+    const amp_status st = tail_check(t, "amp_cuda_tail_forward", NULL, err, errlen);
+    if (st != AMP_OK) return st;
     tail_args a = args_of(t);
     const int vec = vec_of(t->c);
-    if (vec && (misaligned(a.x) || misaligned(t->y))) {
-        snprintf(err, errlen, "amp_cuda_tail_forward: %d channels, a tensor not 16-byte aligned",
-                 t->c);
-        return AMP_ERR_INVALID;
-    }
     if (!t->batch_normalize) {
         launch_norm(a, t->y, vec, stream);
         LAUNCHED();
@@ -456,17 +465,10 @@ extern "C" amp_status amp_cuda_tail_backward(const amp_cuda_tail *t, cudaStream_
                                              char *err, size_t errlen)
 {
     if (t->positions <= 0 || t->c <= 0) return AMP_OK;
-    if (!amp_act_known(t->act)) {
-        snprintf(err, errlen, "amp_cuda_tail_backward: activation %d has no half tail", t->act);
-        return AMP_ERR_INVALID;
-    }
+    const amp_status st = tail_check(t, "amp_cuda_tail_backward", t->dh, err, errlen);
+    if (st != AMP_OK) return st;
     tail_args a = args_of(t);
     const int vec = vec_of(t->c);
-    if (vec && (misaligned(a.x) || misaligned(t->y) || misaligned(t->dh))) {
-        snprintf(err, errlen, "amp_cuda_tail_backward: %d channels, a tensor not 16-byte aligned",
-                 t->c);
-        return AMP_ERR_INVALID;
-    }
     const int nchunks = tail_nchunks(t->positions), cb = (t->c + 31) / 32;
     float *part = t->work, *per = t->work + (size_t)nchunks * TAIL_SUMS * t->c;
     float *den = per, *inv = per + t->c, *kv = per + 2 * t->c, *km = per + 3 * t->c;

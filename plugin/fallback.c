@@ -8,6 +8,10 @@
  * - or its gradients were the first not finite in amp_fallback_after steps in
  *   a row skipped at the minimum loss scale: the scale cannot go lower;
  * - or amp_probe found its output beyond the dtype's bound (probe.c).
+ * A data-movement layer running its half form (plan.c's region) whose
+ * output overflows (a shortcut's sum: two finite halves, an infinite one)
+ * falls back by the first rule too: it leaves the region, and runs
+ * darknet's float32 layer on float32 tensors.
  * A rule makes the layer due and says so (settle.c and probe.c call the
  * rules as a step is settled); amp_fallback_apply carries out what is due,
  * when step.c chooses (after the step's end): the backend puts the layer on
@@ -55,7 +59,15 @@ amp_status amp_fallback_apply(amp_net *an, char *err, size_t errlen)
         amp_layer *al = &an->layers[k];
         const amp_fallback_why why = al->due;
         al->due = AMP_FELL_NONE;
-        if (!why || al->precision != AMP_PRECISION_HALF) continue;
+        if (!why) continue;
+        if (al->precision != AMP_PRECISION_HALF) { /* a half form: out of the region */
+            if (al->io != AMP_IO_HALF) continue;
+            al->io = AMP_IO_FLOAT32;
+            al->fell_back = why;
+            al->fell_back_earlier = al->due_earlier;
+            an->fallbacks += !al->due_earlier;
+            continue;
+        }
         AMP_RETURN_ERROR_IF(!an->ops->layer_fallback, AMP_ERR_INVALID, err, errlen,
                             "amp: layer %d [%s]: the %s backend cannot run a half layer in "
                             "float32 during training (amp_fallback); give it amp=0 in the cfg",
@@ -71,10 +83,18 @@ amp_status amp_fallback_apply(amp_net *an, char *err, size_t errlen)
     return AMP_OK;
 }
 
+int amp_layer_stores_half(const amp_layer *al)
+{
+    return al->precision == AMP_PRECISION_HALF || al->region;
+}
+
 int amp_fallback_possible(const amp_net *an, int k)
 {
-    return an->scaler->opt.fallback && an->ops->layer_fallback && k >= 0 &&
-           an->layers[k].precision == AMP_PRECISION_HALF;
+    if (!an->scaler->opt.fallback || k < 0) return 0;
+    const amp_layer *al = &an->layers[k];
+    if (al->precision == AMP_PRECISION_HALF) return an->ops->layer_fallback != NULL;
+    /* a half form: the plan made again without it */
+    return al->region && an->ops->activations_release != NULL;
 }
 
 int amp_fallback_due(amp_net *an, int k, amp_fallback_why why, const char *because)
@@ -120,8 +140,7 @@ void amp_fallback_report(const amp_net *an, FILE *out)
 {
     int earlier = 0;
     for (int k = 0; k < an->net->n; ++k)
-        earlier += an->layers[k].precision == AMP_PRECISION_FELL_BACK &&
-                   an->layers[k].fell_back_earlier;
+        earlier += an->layers[k].fell_back && an->layers[k].fell_back_earlier;
     if (!an->fallbacks && !earlier) return;
     fprintf(out, "amp: %d layer%s fell back to float32 in this run", an->fallbacks,
             an->fallbacks == 1 ? "" : "s");
@@ -136,7 +155,7 @@ void amp_fallback_save(const amp_net *an, amp_state_extra *x)
     x->loss_skips = an->loss_skips;
     x->nfallback = 0;
     for (int k = 0; k < an->net->n && x->nfallback < AMP_STATE_MAX_FALLBACK; ++k) {
-        if (an->layers[k].precision != AMP_PRECISION_FELL_BACK) continue;
+        if (!an->layers[k].fell_back) continue;
         x->fallback[x->nfallback].layer = k;
         x->fallback[x->nfallback].why = an->layers[k].fell_back;
         x->nfallback += 1;
@@ -164,7 +183,7 @@ int amp_fallback_resume(amp_net *an, const amp_state_extra *x, const char *from)
                     from, k, an->cfgfile, an->net->n);
             continue;
         }
-        if (an->layers[k].precision != AMP_PRECISION_HALF) continue; /* float32 anyway */
+        if (!amp_layer_stores_half(&an->layers[k])) continue; /* float32 anyway */
         mark(an, k, (amp_fallback_why)x->fallback[i].why, 1, NULL);
         kept += 1;
     }

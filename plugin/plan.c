@@ -65,7 +65,9 @@ void amp_plan_make(amp_net *an)
     for (int i = 0; i < net->n; ++i) {
         amp_layer *al = &an->layers[i];
         al->out_half = al->region = al->x_half = 0;
-        if (cand) cand[i] = an->plan_on && al->io != AMP_IO_FLOAT32;
+        /* amp=0 in its section keeps a data-movement layer's form float32
+         * too (a half layer's is float32 by the policy) */
+        if (cand) cand[i] = an->plan_on && al->io != AMP_IO_FLOAT32 && al->half_allowed;
     }
     if (!cand) return; /* out of memory: everything float32, as darknet has it */
     /* A data-movement layer leaves the region when a tensor it reads or

@@ -23,29 +23,38 @@ amp_precision amp_policy(const layer *l, amp_dtype dtype, int half_allowed)
  * for a half layer, what its backend says runs it. */
 static const char *kind_name(const amp_layer *al, amp_dtype dtype, char *buf, size_t n)
 {
-    switch (al->precision) {
-    case AMP_PRECISION_HALF:
-        snprintf(buf, n, "%s (%s)", amp_dtype_name(dtype), al->label ? al->label : "unnamed");
-        return buf;
-    case AMP_PRECISION_OFF: return "float32 (amp=0)";
-    case AMP_PRECISION_FALLBACK: return "float32 (no half path)";
-    case AMP_PRECISION_FELL_BACK:
+    /* a half layer put back to float32, or a half form out of the region */
+    if (al->fell_back) {
         snprintf(buf, n, "float32 (fell back%s: %s)",
                  al->fell_back_earlier ? " in an earlier run" : "",
                  al->fell_back == AMP_FELL_FORWARD    ? "forward overflow"
                  : al->fell_back == AMP_FELL_GRADIENT ? "gradient overflow"
                                                       : "amp_probe");
         return buf;
+    }
+    switch (al->precision) {
+    case AMP_PRECISION_HALF:
+        snprintf(buf, n, "%s (%s)", amp_dtype_name(dtype), al->label ? al->label : "unnamed");
+        return buf;
+    case AMP_PRECISION_OFF: return "float32 (amp=0)";
+    case AMP_PRECISION_FALLBACK: return "float32 (no half path)";
     default: return "float32";
     }
 }
 
-/* Whether layer k runs in precision p, named name. */
+/* The table's group of a layer: its precision, or "fell back" for a half
+ * form out of the region too. */
+static int group_of(const amp_layer *al)
+{
+    return al->fell_back ? AMP_PRECISION_FELL_BACK : (int)al->precision;
+}
+
+/* Whether layer k is in group p, named name. */
 static int is_kind(const amp_net *an, int k, int p, const char *name)
 {
     char buf[96];
     const amp_layer *al = &an->layers[k];
-    return (int)al->precision == p &&
+    return group_of(al) == p &&
            !strcmp(kind_name(al, an->scaler->opt.dtype, buf, sizeof buf), name);
 }
 
@@ -64,7 +73,7 @@ void amp_policy_print(const amp_net *an, FILE *out)
     for (int p = 0; p < AMP_PRECISION_COUNT; ++p)
         for (int first = 0; first < n; ++first) {
             char buf[96];
-            if ((int)an->layers[first].precision != p) continue;
+            if (group_of(&an->layers[first]) != p) continue;
             const char *name =
                 kind_name(&an->layers[first], an->scaler->opt.dtype, buf, sizeof buf);
             int seen = 0; /* on an earlier layer's line */

@@ -65,7 +65,7 @@ static void loss_skipped(amp_net *an, const amp_step_outcome *o)
         if (an->step_origin >= 0)
             snprintf(origin, sizeof origin, "; the first output not finite: layer %d [%s]%s",
                      an->step_origin, get_layer_string(an->net->layers[an->step_origin].type),
-                     an->layers[an->step_origin].precision == AMP_PRECISION_HALF
+                     amp_layer_stores_half(&an->layers[an->step_origin])
                          ? ", whose parameters are not finite"
                          : "");
         fprintf(stderr,

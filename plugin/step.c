@@ -191,7 +191,8 @@ static void describe_loss_batch(amp_net *an, const layer *l)
 }
 
 /* A loss came out non-finite: where the first non-finite value was made. A
- * half layer whose output holds an inf or NaN while everything before it is
+ * half layer, or a data-movement layer running its half form (a shortcut's
+ * sum), whose output holds an inf or NaN while everything before it is
  * finite, its own parameters too, has overflowed its half type (the forward
  * pass is not scaled: no loss scale changes that); any other layer's is a
  * data or model problem, as a loss that is not finite with every output
@@ -207,7 +208,7 @@ static void find_origin(amp_net *an, int last)
     if (i < 0) return;
     an->origin_layer = i;
     an->origin_scan = s;
-    an->origin_overflow = params_finite && an->layers[i].precision == AMP_PRECISION_HALF;
+    an->origin_overflow = params_finite && amp_layer_stores_half(&an->layers[i]);
 }
 
 /* What a forward slot runs: the backend's form, or on the first batch a

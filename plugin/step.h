@@ -40,7 +40,12 @@ amp_status amp_net_restructure(amp_net *an, char *err, size_t errlen);
 void amp_step_settled(amp_net *an, const amp_step_outcome *o);
 
 /* ---- fallback.c: amp_fallback's rules and their application (docs/design.md) ---- */
-/* Whether half layer k could fall back (amp_fallback on, a backend that can). */
+/* Whether layer k stores values it computed in the half dtype: a half
+ * layer, or a data-movement layer running its half form (plan.c's region),
+ * whose sum (a shortcut's) can overflow it. */
+int amp_layer_stores_half(const amp_layer *al);
+/* Whether layer k could fall back (amp_fallback on, a backend that can): a
+ * half layer to darknet's float32 layer, a half form out of the region. */
 int amp_fallback_possible(const amp_net *an, int k);
 /* k due to fall back for why, its line said (because): 1, or 0 where it cannot. */
 int amp_fallback_due(amp_net *an, int k, amp_fallback_why why, const char *because);

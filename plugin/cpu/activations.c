@@ -306,30 +306,49 @@ static int params_finite(const layer *l)
     return s.nonfinite == 0;
 }
 
+/* Layer i's tensors as the plan keeps them, scanned: the convolution's
+ * output before batch-norm first, where it is kept (the half overflow shows
+ * there as inf, batch-norm makes NaN of it), then the output. 1 when the
+ * non-finite values were in the output itself. */
+static int scan_layer(const amp_net *an, int i, amp_overflow_scan *s)
+{
+    const layer *l = &an->net->layers[i];
+    const amp_layer *al = &an->layers[i];
+    const cpu_layer *c = al->bk ? cpu_layer_of(al) : NULL;
+    const amp_dtype dt = an->scaler->opt.dtype;
+    const size_t n = (size_t)l->outputs * l->batch;
+    *s = (amp_overflow_scan){0, 0};
+    if (al->x_half && c && c->x_h) scan_half(dt, c->x_h, n, s);
+    else if (l->batch_normalize && l->x) scan_f32(l->x, n, s);
+    if (s->nonfinite) return 0;
+    if (al->out_half) scan_half(dt, (const uint16_t *)l->output, n, s);
+    else if (l->output) scan_f32(l->output, n, s);
+    return 1;
+}
+
 int amp_cpu_nonfinite_output(amp_net *an, int last, amp_overflow_scan *scan, int *finite_params)
 {
     const network *net = an->net;
-    const amp_dtype dt = an->scaler->opt.dtype;
     for (int i = 0; i <= last && i < net->n; ++i) {
-        const layer *l = &net->layers[i];
-        const amp_layer *al = &an->layers[i];
-        const cpu_layer *c = al->bk ? cpu_layer_of(al) : NULL;
-        const size_t n = (size_t)l->outputs * l->batch;
-        amp_overflow_scan s = {0, 0};
-        /* the convolution's output before batch-norm first, where it is kept:
-         * the half overflow shows there as inf, batch-norm makes NaN of it */
-        if (al->x_half && c && c->x_h) scan_half(dt, c->x_h, n, &s);
-        else if (l->batch_normalize && l->x) scan_f32(l->x, n, &s);
-        if (!s.nonfinite) {
-            s = (amp_overflow_scan){0, 0};
-            if (al->out_half) scan_half(dt, (const uint16_t *)l->output, n, &s);
-            else if (l->output) scan_f32(l->output, n, &s);
+        amp_overflow_scan s;
+        const int in_output = scan_layer(an, i, &s);
+        if (!s.nonfinite) continue;
+        /* A half layer reading a float32 tensor rounds it to the half type
+         * in place where oneDNN takes darknet's array as it is (half
+         * numerics on float32 kernels): a value beyond the half type's range
+         * became inf there, in the next layer's input conversion. That is
+         * the reader's overflow, as on a device, which converts into its own
+         * copy; so the reader is named, with its own tensors' scan. */
+        const int j = i + 1;
+        if (in_output && !an->layers[i].out_half && j <= last && j < net->n &&
+            an->layers[j].precision == AMP_PRECISION_HALF && params_finite(&net->layers[i])) {
+            amp_overflow_scan r;
+            (void)scan_layer(an, j, &r);
+            if (r.nonfinite) i = j, s = r;
         }
-        if (s.nonfinite) {
-            *scan = s;
-            *finite_params = params_finite(l);
-            return i;
-        }
+        *scan = s;
+        *finite_params = params_finite(&net->layers[i]);
+        return i;
     }
     return -1;
 }

@@ -11,7 +11,9 @@
  *   form that knows. darknet's resize_network frees it with cuda_free and
  *   makes it again in float32, so each is an allocation of its own (never a
  *   part of a larger one, which cudaFree would refuse); the network_resized
- *   hook then calls amp_cuda_activations again.
+ *   hook then calls amp_cuda_activations again (the plan given back and
+ *   made again first where the new shapes change it: step.c's
+ *   amp_net_resized).
  * - Its delta in half lives in the network's pool (amp_plan_delta_pool_aligned,
  *   each delta at a multiple of AMP_GPU_DELTA_ALIGN values: 16 bytes, as
  *   tail.cu's vector passes need), and darknet's delta_gpu is NULL:
@@ -299,15 +301,6 @@ amp_status amp_cuda_activations(amp_net *an, char *err, size_t errlen)
                                 AMP_ERR_NOMEM, err, errlen, "amp: layer %d: %s", i, why);
         amp_gpu_half *h = amp_gpu_half_of(al);
         const size_t n = (size_t)l->outputs * l->batch;
-        /* a resize can leave a layer in a shape its half form does not take
-         * (a route's inputs of different sizes) */
-        AMP_RETURN_ERROR_IF(al->region && !amp_cuda_movement_has_half(l), AMP_ERR_INVALID, err,
-                            errlen,
-                            "amp: layer %d [%s]: at %dx%d its half form cannot run (a route's "
-                            "inputs of different sizes?); train this network with "
-                            "DARKNET_AMP_GPU_PLAN=float32",
-                            i, amp_kind_of(l->type) ? amp_kind_of(l->type)->name : "?", net->w,
-                            net->h);
         if (st.output_half) {
             AMP_FORWARD_IF_ERROR(remake(&l->output_gpu, n, sizeof(uint16_t), err, errlen));
             drop(&l->delta_gpu);

@@ -508,8 +508,13 @@ amp_precision amp_policy(const layer *l, amp_dtype dtype, int half_allowed);
 void amp_policy_print(const amp_net *an, FILE *out);
 
 /* ---- plan.c: the activation plan (docs/design.md) ---- */
-/* Decides out_half, region and x_half for every layer from the layers' io. */
+/* Decides out_half, region and x_half for every layer from the layers' io
+ * (and their present shapes: a data-movement layer's half form only where
+ * amp_kind_half_shape takes it). */
 void amp_plan_make(amp_net *an);
+/* Whether amp_plan_make would decide differently now (after darknet's
+ * resize changed a layer's shape); the plan is left as it was. */
+int amp_plan_changes(amp_net *an);
 /* The bytes of the layers' outputs, deltas and batch-norm inputs (x, x_norm)
  * at the network's current size: as darknet stores them in float32, and
  * under the plan. */

@@ -308,9 +308,9 @@ static void on_network_resized(void *ctx, network *net)
 {
     (void)ctx;
     amp_net *an = amp_net_of(net);
-    if (!an || !an->plan_on) return;
+    if (!an) return;
     char err[AMP_MSG_LEN];
-    const amp_status st = an->ops->activations(an, err, sizeof err);
+    const amp_status st = amp_net_resized(an, err, sizeof err);
     if (st != AMP_OK) amp_net_fail(an, st, "%s", err);
 }
 

@@ -26,6 +26,7 @@
  * (amp_plan_delta_pool); in a chain of layers two or three are alive at once.
  */
 #include "backend.h" /* the backend's name */
+#include "kinds.h"   /* amp_kind_half_shape */
 
 #include "activations.h" /* activation_needs_input */
 
@@ -66,8 +67,12 @@ void amp_plan_make(amp_net *an)
         amp_layer *al = &an->layers[i];
         al->out_half = al->region = al->x_half = 0;
         /* amp=0 in its section keeps a data-movement layer's form float32
-         * too (a half layer's is float32 by the policy) */
-        if (cand) cand[i] = an->plan_on && al->io != AMP_IO_FLOAT32 && al->half_allowed;
+         * too (a half layer's is float32 by the policy); and a half form
+         * runs only on a shape it takes, which darknet's resize can change
+         * (a route whose inputs no longer match) */
+        if (cand)
+            cand[i] = an->plan_on && al->io != AMP_IO_FLOAT32 && al->half_allowed &&
+                      (al->io != AMP_IO_HALF || amp_kind_half_shape(&net->layers[i]));
     }
     if (!cand) return; /* out of memory: everything float32, as darknet has it */
     /* A data-movement layer leaves the region when a tensor it reads or
@@ -101,6 +106,29 @@ void amp_plan_make(amp_net *an)
         }
     }
     free(cand);
+}
+
+int amp_plan_changes(amp_net *an)
+{
+    const int n = an->net->n;
+    int *was = malloc((size_t)n * 4 * sizeof *was);
+    if (!was) return 1; /* made again: the safe answer */
+    for (int i = 0; i < n; ++i) {
+        const amp_layer *al = &an->layers[i];
+        int *w = was + 4 * i;
+        w[0] = al->out_half, w[1] = al->region, w[2] = al->x_half, w[3] = al->delta_from;
+    }
+    amp_plan_make(an);
+    int changed = 0;
+    for (int i = 0; i < n; ++i) {
+        amp_layer *al = &an->layers[i];
+        int *w = was + 4 * i;
+        changed |= w[0] != al->out_half || w[1] != al->region || w[2] != al->x_half ||
+                   (al->out_half && w[3] != al->delta_from);
+        al->out_half = w[0], al->region = w[1], al->x_half = w[2], al->delta_from = w[3];
+    }
+    free(was);
+    return changed;
 }
 
 /* n rounded up to a multiple of align */

@@ -56,6 +56,21 @@ amp_status amp_net_restructure(amp_net *an, char *err, size_t errlen)
     return st;
 }
 
+amp_status amp_net_resized(amp_net *an, char *err, size_t errlen)
+{
+    if (!an->plan_on) return AMP_OK;
+    if (!amp_plan_changes(an) || !an->ops->activations_release)
+        return an->ops->activations(an, err, errlen);
+    /* a data-movement layer's half form no longer takes its shape, or takes
+     * it again: darknet's float32 arrays (just made) and forms back, the
+     * plan made again at this shape */
+    an->ops->activations_release(an);
+    amp_plan_make(an);
+    const amp_status st = an->ops->activations(an, err, errlen);
+    amp_point_slots(an);
+    return st;
+}
+
 /* ---- the batch ---- */
 
 /* The batch's scale is fixed here, at its first training forward (the first

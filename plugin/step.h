@@ -30,6 +30,11 @@ void amp_net_sync(amp_net *an, int wait);
 /* The network's structure changed where it is due, between steps: every
  * fallback due applied (fallback.c) and the slots pointed again. */
 amp_status amp_net_restructure(amp_net *an, char *err, size_t errlen);
+/* darknet's resize made every array again in float32 (random=1): the
+ * backend stores the plan's half tensors again, the plan made again first
+ * where the new shapes change it (a route whose inputs no longer match
+ * leaves the region, and comes back when they do). */
+amp_status amp_net_resized(amp_net *an, char *err, size_t errlen);
 
 /* ---- settle.c: what a step's outcome means ---- */
 /* Applies an outcome: the skip message, the pending flags of a shared scaler,

@@ -29,7 +29,9 @@
  * movement.c and maxpool.c.
  *
  * darknet's resize_network (random=1) makes every array again in float32;
- * the hook of patch 0015 calls amp_cpu_activations again, which shrinks them.
+ * the hook of patch 0015 calls amp_cpu_activations again, which shrinks them
+ * (after giving back and making the plan again where the new shapes change
+ * it: step.c's amp_net_resized).
  */
 #include "cpu.h"
 
@@ -186,11 +188,13 @@ static amp_layer_fn emulated(const layer *l, int backward)
     return backward ? amp_emulated_conv_backward : amp_emulated_conv_forward;
 }
 
-/* n 16-bit elements at *p (a darknet array or the plan's), or NULL on failure. */
+/* n 16-bit elements at *p (a darknet array or the plan's); 0 on failure.
+ * n may be 0 (a resize that leaves a layer no positions): one element, as
+ * realloc's NULL for 0 bytes is no failure. */
 static int resize_half(void *pp, size_t n)
 {
     void **p = pp;
-    void *q = realloc(*p, n * sizeof(uint16_t));
+    void *q = realloc(*p, (n ? n : 1) * sizeof(uint16_t));
     if (!q) return 0;
     *p = q;
     return 1;
@@ -365,15 +369,20 @@ void amp_cpu_activations_release(amp_net *an)
             l->delta = net->layers[i - 1].delta;
         } else if (al->out_half) { /* darknet's float32 arrays again, zeroed as darknet made them */
             free(l->output);
+            free(l->delta); /* NULL under the plan; after a resize darknet's new one */
             l->output = calloc(n, sizeof(float));
             l->delta = calloc(n, sizeof(float));
         }
         if (al->x_half && l->batch_normalize) {
+            free(l->x);
+            free(l->x_norm);
             l->x = calloc(n, sizeof(float));
             l->x_norm = calloc(n, sizeof(float));
         }
-        if (al->out_half && l->type == CONVOLUTIONAL && activation_needs_input(l->activation))
+        if (al->out_half && l->type == CONVOLUTIONAL && activation_needs_input(l->activation)) {
+            free(l->activation_input);
             l->activation_input = calloc(n, sizeof(float));
+        }
         if (al->region) amp_cpu_float32_forms(al, l); /* its half form undone */
         if (al->bk) amp_onednn_plan_io(cpu_layer_of(al), AMP_DTYPE_FLOAT32, AMP_DTYPE_FLOAT32);
         al->out_half = al->x_half = al->region = 0;

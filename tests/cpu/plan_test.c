@@ -19,6 +19,17 @@
  *    (run with DARKNET_AMP_CONV=direct, so that both networks run the same
  *    forms: auto's timing could tip a close call on a loaded machine);
  * 4. amp_activations=float32 (half_activations 0) stores nothing in half.
+ *
+ *   plan_test CFG resize W
+ *
+ * darknet's resize (random=1) to W x W px, where a route's inputs no longer
+ * have one size (darknet then concatenates them flat): the plan is made
+ * again at that size, the route's half form and what only it kept in half
+ * leaving the region (its division by the spatial size, 0 there, would stop
+ * the program); the rules above hold at each size; back at the cfg's size
+ * the plan is the first one again, and training goes on, its weights
+ * finite. No step at W: darknet's own float32 shortcut after the route
+ * divides by the size that darknet's resize zeroed.
  */
 #include "cpu.h"
 #include "check.h"
@@ -164,10 +175,52 @@ static uint64_t weights_hash(network *net)
     return h;
 }
 
+/* The resize scenario (plan_test CFG resize W). */
+static int resized(const char *cfg, int w)
+{
+    network *net = build(cfg, AMP_DTYPE_FLOAT16, 1, 0);
+    amp_net *an = amp_net_of(net);
+    const int w0 = net->w, h0 = net->h;
+    int *was = calloc((size_t)net->n, sizeof *was);
+    for (int i = 0; i < net->n; ++i) was[i] = an->layers[i].region;
+    step(net, 5);
+    resize_network(net, w, w);
+    int left = 0, unfit = 0;
+    for (int i = 0; i < net->n; ++i) {
+        left += was[i] && !an->layers[i].region;
+        unfit += an->layers[i].region && !amp_kind_half_shape(&net->layers[i]);
+        if (was[i] && !an->layers[i].region)
+            printf("at %dx%d: layer %d [%s] runs darknet's float32 form\n", w, w, i,
+                   amp_kind_of(net->layers[i].type)->name);
+    }
+    CHECK(left > 0 && unfit == 0 && !an->error[0],
+          "at %dx%d: %d half forms left the region, none runs on a shape it does not take (%d)%s%s",
+          w, w, left, unfit, an->error[0] ? ": " : "", an->error);
+    check_rules(net, "resized");
+    resize_network(net, w0, h0);
+    int same = 1;
+    for (int i = 0; i < net->n; ++i) same &= was[i] == an->layers[i].region;
+    CHECK(same && !an->error[0], "back at %dx%d: the first plan's half forms again", w0, h0);
+    check_rules(net, "back");
+    for (int s = 0; s < 3; ++s) step(net, 7 + s);
+    size_t bad = 0, n = 0;
+    for (int i = 0; i < net->n; ++i) {
+        const layer *l = &net->layers[i];
+        for (int k = 0; l->type == CONVOLUTIONAL && k < l->nweights; ++k, ++n)
+            bad += !(l->weights[k] == l->weights[k] && l->weights[k] - l->weights[k] == 0);
+    }
+    CHECK(bad == 0 && n > 0, "the convolutions' weights finite after training on (%zu of %zu)",
+          bad, n);
+    free(was);
+    amp_detach(net), free_network(net);
+    return check_report();
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && !strcmp(argv[2], "resize")) return resized(argv[1], atoi(argv[3]));
     if (argc != 2) {
-        fprintf(stderr, "usage: plan_test CFG\n");
+        fprintf(stderr, "usage: plan_test CFG [resize W]\n");
         return 2;
     }
     const amp_dtype dts[] = {AMP_DTYPE_FLOAT16, AMP_DTYPE_BFLOAT16};

@@ -5,6 +5,9 @@
 #include "half_gpu.h"
 #include "cuda_check.h"
 #include "network.h" /* get_layer_string */
+#include "activations.h" /* activate_array_gpu */
+#include "blas.h"        /* copy_gpu */
+#include "yolo_layer.h"  /* forward_yolo_layer_gpu */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,9 +86,32 @@ static int recurrent(const layer *l)
     return k && k->role == AMP_ROLE_RECURRENT;
 }
 
+/* darknet's forward_yolo_layer_gpu, its host loss with the batch's images in
+ * parallel (plugin/yolo.c, bit for bit darknet's): the logistic on the
+ * device, the activated output to the host, the deltas back. */
+static void yolo_forward(layer l, network net)
+{
+    if (!net.train || l.onlyforward) {
+        forward_yolo_layer_gpu(l, net);
+        return;
+    }
+    copy_gpu(l.batch * l.inputs, net.input_gpu, 1, l.output_gpu, 1);
+    for (int b = 0; b < l.batch; ++b)
+        for (int n = 0; n < l.n; ++n) {
+            const int at = b * l.outputs + n * l.w * l.h * (4 + l.classes + 1);
+            activate_array_gpu(l.output_gpu + at, 2 * l.w * l.h, LOGISTIC);
+            activate_array_gpu(l.output_gpu + at + 4 * l.w * l.h, (1 + l.classes) * l.w * l.h,
+                               LOGISTIC);
+        }
+    cuda_pull_array(l.output_gpu, net.input, l.batch * l.inputs);
+    amp_yolo_forward(l, net, 0);
+    cuda_push_array(l.delta_gpu, l.delta, l.batch * l.outputs);
+}
+
 amp_status amp_cuda_layer_install(amp_layer *al, layer *l, amp_gpu_half_ctx *ctx, char *err,
                                   size_t errlen)
 {
+    if (l->type == YOLO && al->forward == forward_yolo_layer_gpu) al->forward = yolo_forward;
     char why[AMP_MSG_LEN];
     if (al->precision == AMP_PRECISION_HALF) {
         amp_status st = AMP_ERR_INVALID;

@@ -507,6 +507,12 @@ int amp_env_crash_in_save(void);
 amp_precision amp_policy(const layer *l, amp_dtype dtype, int half_allowed);
 void amp_policy_print(const amp_net *an, FILE *out);
 
+/* ---- yolo.c: darknet's yolo loss, the images in parallel ---- */
+/* forward_yolo_layer's result, bit for bit (its deltas, cost and printed
+ * line), with the batch's images on OpenMP's threads; activate: the logistic
+ * of darknet's CPU form (its GPU form activated the input on the device). */
+void amp_yolo_forward(layer l, network net, int activate);
+
 /* ---- plan.c: the activation plan (docs/design.md) ---- */
 /* Decides out_half, region and x_half for every layer from the layers' io
  * (and their present shapes: a data-movement layer's half form only where

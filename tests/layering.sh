@@ -37,7 +37,7 @@ done > "$tmp/symbols"
 awk -v edges="$tmp/edges" '
 # The tiers, from the bottom up (docs/architecture.md keeps the same table).
 function tier(f) {
-    if (f ~ /^plugin\/(common|error|kinds|contract)\.c$/) return 1      # leaf
+    if (f ~ /^plugin\/(common|error|kinds|contract|yolo)\.c$/) return 1 # leaf
     if (f == "plugin/scaler.c") return 2                                 # the scaler
     if (f ~ /^plugin\/(net_error|options|cfg_keys|config|weights_id|tensors|loss_cause|policy|plan|state_file|weights_check|profile|inject|dist)\.c$/)
         return 3                                                         # the network state

@@ -5,6 +5,7 @@
  * else the exact emulation (docs/design.md, docs/cfg.md "DARKNET_AMP_CPU").
  */
 #include "cpu.h"
+#include "yolo_layer.h" /* forward_yolo_layer */
 #include "math/grad_math.h" /* amp_unscale_check, amp_inv_scale: shared with cuda/ */
 #include "dist.h"      /* amp_comm: data-parallel reduce */
 #include "network.h"   /* get_layer_string */
@@ -140,6 +141,12 @@ static amp_status layer_fallback(amp_layer *al, layer *l, char *err, size_t errl
     return AMP_OK;
 }
 
+/* darknet's yolo loss with the images in parallel, bit for bit (yolo.c). */
+static void yolo_forward(layer l, network net)
+{
+    amp_yolo_forward(l, net, 1);
+}
+
 static amp_status layer_install(amp_layer *al, layer *l, char *err, size_t errlen)
 {
     (void)err, (void)errlen;
@@ -160,6 +167,7 @@ static amp_status layer_install(amp_layer *al, layer *l, char *err, size_t errle
     else if (amp_movement_has_half(l) && l->forward && l->backward)
         al->io = AMP_IO_HALF;
     if (amp_update_conv_replaces(l)) al->update = amp_update_conv; /* bit for bit, threaded */
+    if (l->type == YOLO && al->forward == forward_yolo_layer) al->forward = yolo_forward;
     return AMP_OK;
 }
 

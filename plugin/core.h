@@ -247,13 +247,15 @@ typedef struct amp_layer {
     int region;         /* an AMP_IO_HALF layer that runs its half form */
     int x_half;         /* an AMP_IO_CONVERTS layer's batch-norm input stored in half (its
                            normalised values made again from it in the backward) */
-    amp_fallback_why fell_back; /* AMP_PRECISION_FELL_BACK: why */
+    amp_fallback_why fell_back; /* put back to float32 in training, and why: a half layer
+                                   (precision AMP_PRECISION_FELL_BACK), or a half form out of
+                                   the region (io AMP_IO_FLOAT32), fallback.c */
     int fell_back_earlier;      /* ... in the run that saved the state file resumed from */
     double probe_rel;           /* amp_probe: its output's relative 2-norm difference from
                                    float32's on the first batch (inf: not finite where float32's
                                    is; NaN: float32's not finite either) */
     int probed;                 /* ... when probe_rel was measured */
-    amp_fallback_why due;       /* a half layer due to fall back at the step's end (a rule of
+    amp_fallback_why due;       /* a half layer or form due to fall back at the step's end (a rule of
                                    fallback.c), or AMP_FELL_NONE ... */
     int due_earlier;            /* ... as the state file of an earlier run says */
     int delta_from;     /* out_half: the layer whose backward is the first to add into

@@ -61,7 +61,7 @@ amp_status amp_fallback_apply(amp_net *an, char *err, size_t errlen)
         al->due = AMP_FELL_NONE;
         if (!why) continue;
         if (al->precision != AMP_PRECISION_HALF) { /* a half form: out of the region */
-            if (al->io != AMP_IO_HALF) continue;
+            if (al->io != AMP_IO_HALF || !an->ops->activations_release) continue;
             al->io = AMP_IO_FLOAT32;
             al->fell_back = why;
             al->fell_back_earlier = al->due_earlier;
@@ -183,7 +183,10 @@ int amp_fallback_resume(amp_net *an, const amp_state_extra *x, const char *from)
                     from, k, an->cfgfile, an->net->n);
             continue;
         }
-        if (!amp_layer_stores_half(&an->layers[k])) continue; /* float32 anyway */
+        /* a half layer, or a half form (in the region or not: the plan may
+         * be off in this run, and on in a later one) */
+        if (an->layers[k].precision != AMP_PRECISION_HALF && an->layers[k].io != AMP_IO_HALF)
+            continue; /* float32 anyway */
         mark(an, k, (amp_fallback_why)x->fallback[i].why, 1, NULL);
         kept += 1;
     }

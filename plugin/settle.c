@@ -85,6 +85,11 @@ static void loss_skipped(amp_net *an, const amp_step_outcome *o)
     /* the layer runs in float32 from the next step on (step.c applies it
      * when this step has ended) */
     if (overflow && amp_fallback_due_forward(an, an->step_origin)) return;
+    /* A device's outcome arrives a step late: the steps that ran before the
+     * layer's fallback took effect overflow alike, and are not skips a
+     * fallback has not answered yet. */
+    if (overflow && (an->layers[an->step_origin].fell_back || an->layers[an->step_origin].due))
+        return;
     if (s->opt.max_skips <= 0 || an->loss_skips_in_row < s->opt.max_skips) return;
     if (overflow)
         amp_net_fail(an, AMP_ERR_NONFINITE,

@@ -13,9 +13,11 @@
  * the cost and the printed line are darknet's to the bit (unit.yolo_loss
  * compares them with darknet's function on every loss form).
  *
- * Compiled with -ffp-contract=off: the few operations here (the objectness
- * deltas, the box scale 2 - w*h) must round as darknet's build rounds them
- * (no fused multiply-add; darknet is built for baseline x86-64).
+ * The few operations here are written as darknet's build (-Ofast, baseline
+ * x86-64, read from its machine code) carries them out: the objectness
+ * delta 0 - x as -x, the printed averages as products with 1/count, and no
+ * fused multiply-add (this file is compiled with -ffp-contract=off), so the
+ * box scale 2 - w*h rounds twice as there.
  */
 #include "core.h"
 
@@ -81,7 +83,7 @@ static int image_loss(const layer *l, const network *net, int b, yolo_match *m)
                     }
                 }
                 const int obj_index = entry_index(l, b, n * stride + j * l->w + i, 4);
-                l->delta[obj_index] = 0 - l->output[obj_index];
+                l->delta[obj_index] = -l->output[obj_index]; /* darknet's 0 - x under -Ofast */
                 if (best_iou > l->ignore_thresh) l->delta[obj_index] = 0;
                 if (best_iou > l->truth_thresh) {
                     l->delta[obj_index] = l->obj_normalizer * (1 - l->output[obj_index]);
@@ -134,9 +136,10 @@ static int image_loss(const layer *l, const network *net, int b, yolo_match *m)
             l->delta[obj_index] = l->obj_normalizer * (1 - l->output[obj_index]);
             const int class = class_of(net, l, b, t);
             const int class_index = entry_index(l, b, mask_n * stride + j * l->w + i, 4 + 1);
+            float cat = 0; /* what darknet adds to avg_cat: nothing for a class out of range */
             delta_yolo_class_scaled(l->output, l->delta, class_index, class, l->classes, stride,
-                                    NULL, l->cls_normalizer);
-            m[count].cat = l->output[class_index + stride * class]; /* darknet's avg_cat term */
+                                    &cat, l->cls_normalizer);
+            m[count].cat = cat;
             m[count].iou = iou;
             ++count;
         }
@@ -162,6 +165,18 @@ void amp_yolo_forward(layer l, network net, int activate)
         memset(l.delta + b * per, 0, (size_t)per * sizeof(float));
     }
     if (!net.train) return;
+    /* A truth whose centre lies outside the image, or whose class is not the
+     * layer's, makes darknet write into other cells' or images' deltas (and
+     * read past its own): then the images go one after another, as in
+     * darknet, whose order those writes depend on. */
+    int serial = 0;
+    for (long b = 0; b < batch && !serial; ++b)
+        for (int t = 0; t < l.max_boxes; ++t) {
+            const box truth = truth_of(&net, &l, (int)b, t);
+            if (!truth.x) break;
+            const int i = (truth.x * l.w), j = (truth.y * l.h), class = class_of(&net, &l, (int)b, t);
+            if (i < 0 || i >= l.w || j < 0 || j >= l.h || class < 0 || class >= l.classes) serial = 1;
+        }
     const int cap = l.max_boxes * l.n; /* pairs an image can make: each truth, each anchor */
     yolo_match *m = malloc((size_t)(batch * (cap > 0 ? cap : 1)) * sizeof *m);
     int *count = malloc((size_t)batch * sizeof *count);
@@ -171,7 +186,7 @@ void amp_yolo_forward(layer l, network net, int activate)
         forward_yolo_layer(l, net);
         return;
     }
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (!serial)
     for (long b = 0; b < batch; ++b) count[b] = image_loss(&l, &net, (int)b, m + b * cap);
     /* darknet's batch sums, in darknet's order */
     float avg_iou = 0, recall = 0, recall75 = 0, avg_cat = 0, avg_obj = 0, avg_anyobj = 0;
@@ -194,7 +209,10 @@ void amp_yolo_forward(layer l, network net, int activate)
     free(m);
     free(count);
     *(l.cost) = pow(mag_array(l.delta, l.outputs * l.batch), 2);
+    /* darknet's build (-Ofast) divides by the count once and multiplies */
+    const float per_match = 1.0f / matches;
     printf("Region %d Avg IOU: %f, Class: %f, Obj: %f, No Obj: %f, .5R: %f, .75R: %f,  count: %d\n",
-           net.index, avg_iou / matches, avg_cat / matches, avg_obj / matches,
-           avg_anyobj / (l.w * l.h * l.n * l.batch), recall / matches, recall75 / matches, matches);
+           net.index, avg_iou * per_match, avg_cat * per_match, avg_obj * per_match,
+           avg_anyobj / (l.w * l.h * l.n * l.batch), recall * per_match, recall75 * per_match,
+           matches);
 }

@@ -342,10 +342,15 @@ int amp_cpu_nonfinite_output(amp_net *an, int last, amp_overflow_scan *scan, int
          * numerics on float32 kernels): a value beyond the half type's range
          * became inf there, in the next layer's input conversion. That is
          * the reader's overflow, as on a device, which converts into its own
-         * copy; so the reader is named, with its own tensors' scan. */
+         * copy; so the reader is named, with its own tensors' scan. Not when
+         * layer i is itself a half layer: its output was rounded to the half
+         * type already, so an inf in it is its own. */
         const int j = i + 1;
-        if (in_output && !an->layers[i].out_half && j <= last && j < net->n &&
-            an->layers[j].precision == AMP_PRECISION_HALF && params_finite(&net->layers[i])) {
+        const amp_layer *aj = j < net->n ? &an->layers[j] : NULL;
+        if (in_output && aj && j <= last && !an->layers[i].out_half &&
+            an->layers[i].precision != AMP_PRECISION_HALF && aj->precision == AMP_PRECISION_HALF &&
+            aj->bk && amp_onednn_rounds_input_in_place(cpu_layer_of(aj)) &&
+            params_finite(&net->layers[i])) {
             amp_overflow_scan r;
             (void)scan_layer(an, j, &r);
             if (r.nonfinite) i = j, s = r;

@@ -346,6 +346,11 @@ int amp_onednn_plan_io(cpu_layer *c, amp_dtype in, amp_dtype out);
 amp_status amp_onednn_plan_forward(layer l, network net);
 amp_status amp_onednn_plan_backward(layer l, network net);
 int amp_onednn_plan_ran(const cpu_layer *c);
+/* Whether the layer's last forward rounded its float32 input to the half
+ * type in darknet's own array (half numerics on float32 kernels, no reorder
+ * between: input_for), so that a value beyond the half type's range became
+ * inf there; 0 for a layer not on oneDNN. */
+int amp_onednn_rounds_input_in_place(const cpu_layer *c);
 /* A layer on oneDNN: 1 when it runs as im2col + matmul, else 0; -1 when not
  * on oneDNN. The timings (seconds for a forward and a backward) of the
  * choice made for its current shape in *t_direct and *t_matmul, -1 where

@@ -179,6 +179,15 @@ int amp_onednn_plan_ran(const cpu_layer *c)
     return c && c->dnnl && c->dnnl->onednn_forward;
 }
 
+int amp_onednn_rounds_input_in_place(const cpu_layer *c)
+{
+    const amp_dnnl_conv *d = c ? c->dnnl : NULL;
+    /* input_for rounds d->x, which is darknet's float32 array itself where
+     * no reorder (whole or image by image) stands between them */
+    return d && d->onednn_forward && d->rounded != AMP_DTYPE_FLOAT32 &&
+           amp_dnnl_user_type(d, 0) == dnnl_f32 && !d->r_x && !d->image[AMP_T_X].r;
+}
+
 amp_status amp_onednn_plan_backward(layer l, network net)
 {
     amp_layer *al = l.hook_data;

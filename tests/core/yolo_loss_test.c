@@ -6,9 +6,12 @@
  * For each case (darknet's MSE box loss; the yolov4 family's ciou with
  * iou_thresh, scale_x_y, max_delta and the normalizers; giou and diou with a
  * class map and truth_thresh below 1, which takes darknet's other branch;
- * an image with 90 truths beside images with none; inference), two copies
+ * an image with 90 truths beside images with none; no truths at all;
+ * truths darknet's indexing takes out of their cell or class, where the
+ * images go one after another; inference), two copies
  * of one [yolo] layer get the same input and truths: darknet's function on
- * one, amp_yolo_forward on the other, on OpenMP's threads. Compared: every
+ * one, amp_yolo_forward on the other, on OpenMP's threads (3, set by
+ * CTest). Compared: every
  * output and delta (bits), the cost (bits) and the line each prints. The
  * device's form (activate 0: the logistic already applied, as
  * forward_yolo_layer_gpu hands it over) is compared the same way, its input
@@ -35,6 +38,8 @@ typedef struct yolo_case {
     float iou_normalizer, cls_normalizer, obj_normalizer, iou_thresh, scale_x_y, max_delta;
     float truth_thresh;
     int map, train;
+    int bad; /* image 0's first truths: a centre at the image's right edge (x = 1, which
+                darknet puts in the next row's cell), a class beyond the layer's */
 } yolo_case;
 
 static layer make(const yolo_case *c, int *mask)
@@ -132,6 +137,10 @@ static void check_case(const yolo_case *c, unsigned seed)
             p[4] = (float)(rand() % 20);
         }
     }
+    if (c->bad) {
+        net.truth[0] = 1; /* x = 1: column w */
+        net.truth[5 + 4] = 21; /* class 21 of 20 */
+    }
     char line_a[512], line_b[512];
     memcpy(in_a, input, n * sizeof(float));
     memcpy(in_b, input, n * sizeof(float));
@@ -144,7 +153,7 @@ static void check_case(const yolo_case *c, unsigned seed)
     size_t nonzero = 0;
     for (size_t i = 0; i < n; ++i) nonzero += a.delta[i] != 0;
     CHECK(dout == 0 && ddelta == 0 && !memcmp(a.cost, b.cost, sizeof(float)) &&
-              !strcmp(line_a, line_b) && (!c->train || nonzero > 0),
+              !strcmp(line_a, line_b) && (!c->train || nonzero > 0) && (!c->train || line_b[0]),
           "%s (%dx%d, batch %d, %d truths): outputs %zu and deltas %zu of %zu differ (%zu deltas "
           "non-zero), cost %.9g against darknet's %.9g, line \"%.*s\"%s",
           c->name, c->w, c->w, c->batch, placed, dout, ddelta, n, nonzero, (double)*b.cost,
@@ -176,13 +185,16 @@ static void check_case(const yolo_case *c, unsigned seed)
 int main(void)
 {
     const yolo_case cases[] = {
-        {"mse (yolov3)", 13, 8, 6, IOU_LOSS_MSE, 1, 1, 1, 1, 1, FLT_MAX, 1, 0, 1},
-        {"ciou (yolov4)", 26, 6, 9, IOU_LOSS_CIOU, .07f, 1, 1, .213f, 1.05f, 5, 1, 0, 1},
+        {"mse (yolov3)", 13, 8, 6, IOU_LOSS_MSE, 1, 1, 1, 1, 1, FLT_MAX, 1, 0, 1, 0},
+        {"ciou (yolov4)", 26, 6, 9, IOU_LOSS_CIOU, .07f, 1, 1, .213f, 1.05f, 5, 1, 0, 1, 0},
         {"giou, class map, truth_thresh .3", 13, 5, 4, IOU_LOSS_GIOU, .5f, .8f, .9f, .5f, 1.1f,
-         FLT_MAX, .3f, 1, 1},
-        {"diou, obj_normalizer 2", 19, 4, 12, IOU_LOSS_DIOU, .3f, 1, 2, .3f, 1.2f, 10, 1, 0, 1},
-        {"mse, one image", 13, 1, 3, IOU_LOSS_MSE, 1, 1, 1, 1, 1, FLT_MAX, 1, 0, 1},
-        {"inference", 13, 4, 6, IOU_LOSS_CIOU, .07f, 1, 1, .213f, 1.05f, 5, 1, 0, 0},
+         FLT_MAX, .3f, 1, 1, 0},
+        {"diou, obj_normalizer 2", 19, 4, 12, IOU_LOSS_DIOU, .3f, 1, 2, .3f, 1.2f, 10, 1, 0, 1, 0},
+        {"mse, one image", 13, 1, 3, IOU_LOSS_MSE, 1, 1, 1, 1, 1, FLT_MAX, 1, 0, 1, 0},
+        {"inference", 13, 4, 6, IOU_LOSS_CIOU, .07f, 1, 1, .213f, 1.05f, 5, 1, 0, 0, 0},
+        {"no truths at all", 13, 2, 0, IOU_LOSS_MSE, 1, 1, 1, 1, 1, FLT_MAX, 1, 0, 1, 0},
+        {"a truth outside the image, a class out of range", 13, 4, 5, IOU_LOSS_CIOU, .07f, 1, 1,
+         .213f, 1.05f, 5, 1, 0, 1, 1},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; ++k) check_case(&cases[k], 11 + (unsigned)k);
     return check_report();

@@ -8,9 +8,11 @@
 #include "darknet_amp.h"
 #include "core.h" /* amp_options: the tests set the resolved settings directly */
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef GPU
 #include <cuda_runtime_api.h>
@@ -134,6 +136,29 @@ static inline size_t test_ndiff(const float *x, const float *y, size_t n)
     size_t d = 0;
     for (size_t i = 0; i < n; ++i) d += memcmp(&x[i], &y[i], sizeof(float)) != 0;
     return d;
+}
+
+/* The network's weights saved (under /tmp, named after the process) and read
+ * back: how many values are inf or NaN, of *values. -1 if unreadable. */
+static inline long test_saved_nonfinite(network *net, long *values)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/amp_test.%ld.weights", (long)getpid());
+    save_weights(net, path);
+    FILE *f = fopen(path, "rb");
+    long bad = -1;
+    *values = 0;
+    if (f && fseek(f, 3 * sizeof(int) + sizeof(size_t), SEEK_SET) == 0) {
+        uint32_t bits;
+        bad = 0;
+        while (fread(&bits, sizeof bits, 1, f) == 1) {
+            bad += (bits & 0x7f800000u) == 0x7f800000u;
+            *values += 1;
+        }
+    }
+    if (f) fclose(f);
+    remove(path);
+    return bad;
 }
 
 #endif

@@ -46,17 +46,17 @@
 #include <string.h>
 #include <unistd.h>
 #include "check.h"
+#include "nets.h" /* test_inputs, test_saved_nonfinite */
 
 #define SC 2      /* the shortcut */
 #define SOURCE 1  /* the convolution it adds to itself */
 #define READER 3  /* the half convolution reading its sum */
 
+/* A training step on new random inputs with one-hot labels. */
 static void train_step(network *net)
 {
-    int n = net->batch * net->inputs, m = net->batch * net->truths;
-    for (int i = 0; i < n; ++i) net->input[i] = (float)rand() / RAND_MAX - .5f;
-    memset(net->truth, 0, m * sizeof(float));
-    for (int b = 0; b < net->batch; ++b) net->truth[b * net->truths + rand() % net->truths] = 1;
+    static unsigned seed = 7;
+    test_inputs(net, seed++, 1);
     train_network_datum(net);
 }
 
@@ -119,28 +119,6 @@ static void table_line(const amp_net *an, int k, char *line, size_t size)
         }
     }
     free(buf);
-}
-
-/* Every value of the weights the network saves now is finite. */
-static long saved_nonfinite(network *net, long *values)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/region_fallback.%ld.weights", (long)getpid());
-    save_weights(net, path);
-    FILE *f = fopen(path, "rb");
-    long bad = -1;
-    *values = 0;
-    if (f && fseek(f, 3 * sizeof(int) + sizeof(size_t), SEEK_SET) == 0) {
-        float v;
-        bad = 0;
-        while (fread(&v, sizeof v, 1, f) == 1) {
-            bad += !isfinite(v);
-            *values += 1;
-        }
-    }
-    if (f) fclose(f);
-    remove(path);
-    return bad;
 }
 
 int main(int argc, char **argv)
@@ -243,7 +221,7 @@ int main(int argc, char **argv)
           "a reader that overflowed fell back (precision %d)",
           (int)an->layers[READER].precision);
     long values = 0;
-    const long bad = saved_nonfinite(net, &values);
+    const long bad = test_saved_nonfinite(net, &values);
     CHECK(bad == 0 && values > 0, "the weights saved now hold no inf or NaN (%ld of %ld values)",
           bad, values);
 

@@ -43,6 +43,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "check.h"
+#include "nets.h" /* test_saved_nonfinite */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -180,28 +181,6 @@ static int cfg_with_keys(const char *cfg, const char *keys, char *out, size_t si
     }
     if (in) fclose(in);
     return !o || fclose(o) != 0 || !done;
-}
-
-/* The network's weights saved and read back: the values that are not finite. */
-static long saved_nonfinite(network *net, long *values)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/skip_test.%ld.weights", (long)getpid());
-    save_weights(net, path);
-    FILE *f = fopen(path, "rb");
-    long bad = -1;
-    *values = 0;
-    if (f && fseek(f, 3 * sizeof(int) + sizeof(size_t), SEEK_SET) == 0) {
-        uint32_t bits;
-        bad = 0;
-        while (fread(&bits, sizeof bits, 1, f) == 1) {
-            bad += (bits & 0x7f800000u) == 0x7f800000u;
-            *values += 1;
-        }
-    }
-    if (f) fclose(f);
-    remove(path);
-    return bad;
 }
 
 int main(int argc, char **argv)
@@ -377,7 +356,7 @@ int main(int argc, char **argv)
               "did too, and its skip put them back", smoved, states.total);
     }
     long values = 0;
-    const long bad = saved_nonfinite(net, &values);
+    const long bad = test_saved_nonfinite(net, &values);
     CHECK(bad == 0 && values > 0, "the weights saved now hold no inf or NaN (%ld of %ld values)",
           bad, values);
     if (dist)

@@ -421,6 +421,8 @@ static void net_free(amp_net *an)
     cudaFree(g->states_saved);
     cudaFree(g->dev);
     if (g->mirror) cudaFreeHost(g->mirror);
+    if (g->yolo_in) cudaFreeHost(g->yolo_in);
+    if (g->yolo_delta) cudaFreeHost(g->yolo_delta);
     if (g->copied) cudaEventDestroy(g->copied);
     free(g->grads);
 #ifdef AMP_HAVE_NCCL

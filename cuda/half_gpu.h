@@ -169,6 +169,9 @@ typedef struct amp_gpu_net {
     amp_gpu_prof *prof;     /* DARKNET_AMP_PROFILE's device intervals, or NULL */
     uint16_t *deltas;       /* the activation plan's pool of half deltas (deltas_n values) */
     size_t deltas_n;
+    float *yolo_in, *yolo_delta; /* pinned host staging of a yolo layer's loss (layers.c):
+                                    its activated output and its deltas, yolo_n floats each */
+    size_t yolo_n;
     struct ncclComm *nccl;  /* data-parallel (NCCL builds): the processes' communicator
                                (an ncclComm_t), or NULL; in every build, so that the
                                record has one layout in every file */

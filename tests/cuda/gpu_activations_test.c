@@ -53,7 +53,8 @@ static void plan_network(const char *cfg, double bound)
         char why[AMP_MSG_LEN];
         al->owner = &an;
         al->index = i;
-        al->precision = amp_policy(l, AMP_DTYPE_FLOAT16, 1);
+        al->half_allowed = 1; /* no amp=0 in these cfgs, as amp_net_new starts */
+        al->precision = amp_policy(l, AMP_DTYPE_FLOAT16, al->half_allowed);
         /* a convolution the CUDA backend runs in half: the policy's, and one
          * cuDNN can express (half_conv.c's setup) */
         const int cudnn_half =

@@ -1,7 +1,8 @@
 /* amp_yolo_forward (plugin/yolo.c: darknet's yolo loss with the images in
  * parallel) against darknet's forward_yolo_layer, bit for bit:
  *
- *   yolo_loss_test
+ *   yolo_loss_test            the comparison
+ *   yolo_loss_test bench [B]  a measurement (below), not a test
  *
  * For each case (darknet's MSE box loss; the yolov4 family's ciou with
  * iou_thresh, scale_x_y, max_delta and the normalizers; giou and diou with a
@@ -28,8 +29,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "check.h"
+
+static int omp_threads(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
 
 typedef struct yolo_case {
     const char *name;
@@ -182,8 +196,84 @@ static void check_case(const yolo_case *c, unsigned seed)
     free(input), free(in_a), free(in_b), free(in_d), free(net.truth);
 }
 
-int main(void)
+static double seconds(void)
 {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* yolo_loss_test bench [BATCH]: yolov3's three yolo layers at 416 px (80
+ * classes, 6 truths an image), darknet's loss against amp_yolo_forward, the
+ * best of 3 each, in the CPU's form and (a CUDA build) the device's (input
+ * activated already, as on a GPU); one line each. Not a test: a
+ * measurement (scripts/gpu-check's bench prints it for the GPU's host). */
+static int bench(int batch)
+{
+    const int sizes[3] = {13, 26, 52};
+    const float anchors[18] = {10, 13, 16, 30, 33, 23, 30, 61, 62, 45, 59, 119, 116, 90, 156, 198,
+                               373, 326};
+    double t[2][2] = {{0, 0}, {0, 0}}; /* [cpu form?][amp?] */
+    for (int s = 0; s < 3; ++s) {
+        int mask[3] = {(2 - s) * 3, (2 - s) * 3 + 1, (2 - s) * 3 + 2};
+        layer l = make_yolo_layer(batch, sizes[s], sizes[s], 3, 9, mask, 80);
+        for (int k = 0; k < 18; ++k) l.biases[k] = anchors[k];
+        l.ignore_thresh = .7f;
+        l.truth_thresh = 1;
+        l.max_boxes = 90;
+        const size_t n = (size_t)l.outputs * batch;
+        float *input = malloc(n * sizeof(float)), *in = malloc(n * sizeof(float));
+        network net = {0};
+        net.w = net.h = 416;
+        net.train = 1;
+        net.index = 82;
+        net.truth = calloc((size_t)l.truths * batch, sizeof(float));
+        srand(3);
+        for (size_t i = 0; i < n; ++i) input[i] = ((float)rand() / RAND_MAX - .5f) * 4;
+        for (int b = 0; b < batch; ++b)
+            for (int k = 0; k < 6; ++k) {
+                float *p = net.truth + b * l.truths + k * 5;
+                p[0] = .1f + .13f * k, p[1] = .2f + .1f * k, p[2] = .05f + .03f * k;
+                p[3] = .07f + .02f * k, p[4] = (float)k;
+            }
+        for (int cpu = 0; cpu < 2; ++cpu)
+            for (int amp = 0; amp < 2; ++amp) {
+                double best = 1e30;
+                for (int r = 0; r < 3; ++r) {
+                    memcpy(in, input, n * sizeof(float));
+                    net.input = in;
+                    net.gpu_index = cpu ? -1 : 0; /* darknet's form: activate or not */
+                    call c = {l, net, amp, cpu};
+                    char line[512];
+                    const double t0 = seconds();
+                    captured(run, &c, line, sizeof line);
+                    const double dt = seconds() - t0;
+                    if (dt < best) best = dt;
+                }
+                t[cpu][amp] += best;
+            }
+        free(input), free(in), free(net.truth);
+    }
+    /* darknet's GPU form (no logistic on the host) is its own only in a
+     * CUDA build: a CPU build's darknet activates whatever gpu_index says */
+#ifdef GPU
+    const int forms = 2;
+#else
+    const int forms = 1;
+#endif
+    for (int k = 0; k < forms; ++k) {
+        const int cpu = 1 - k;
+        printf("yolo loss, yolov3 416 px batch %d, %s form: darknet %.1f ms, AMP's %.1f ms on %d "
+               "threads (%.2fx)\n",
+               batch, cpu ? "the CPU's" : "a GPU's (input activated on the device)",
+               1e3 * t[cpu][0], 1e3 * t[cpu][1], omp_threads(), t[cpu][0] / t[cpu][1]);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "bench")) return bench(argc > 2 ? atoi(argv[2]) : 64);
     const yolo_case cases[] = {
         {"mse (yolov3)", 13, 8, 6, IOU_LOSS_MSE, 1, 1, 1, 1, 1, FLT_MAX, 1, 0, 1, 0},
         {"ciou (yolov4)", 26, 6, 9, IOU_LOSS_CIOU, .07f, 1, 1, .213f, 1.05f, 5, 1, 0, 1, 0},

@@ -9,8 +9,10 @@
 #include "blas.h"        /* copy_gpu */
 #include "yolo_layer.h"  /* forward_yolo_layer_gpu */
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 amp_slots amp_cuda_slots(layer *l)
 {
@@ -113,8 +115,10 @@ static int yolo_staging(amp_gpu_net *g, size_t n)
  * layer before's host output, which darknet uses as the staging, and the
  * layer's host delta), two copies of batch x outputs floats a layer and a
  * step (yolov3 at batch 64: 232 MB each way over its three yolo layers);
- * the same number of blocking copies as darknet's. On a GPU nothing reads
- * the host delta: the loss's deltas live on the device. */
+ * the same number of blocking copies as darknet's. The loss works on the
+ * staging in place (no host copy of the output; darknet copies it into the
+ * layer's host output). In training on a GPU nothing reads the host delta
+ * or output: the loss's deltas live on the device. */
 static void yolo_forward(layer l, network net)
 {
     if (!net.train || l.onlyforward) {
@@ -141,10 +145,14 @@ static void yolo_forward(layer l, network net)
     cuda_pull_array(l.output_gpu, g->yolo_in, n);
     network staged = net;
     staged.input = g->yolo_in;
-    layer into = l;
+    layer into = l; /* the loss made in the staging, in place */
+    into.output = g->yolo_in;
     into.delta = g->yolo_delta;
     amp_yolo_forward(into, staged, 0);
     cuda_push_array(l.delta_gpu, g->yolo_delta, n);
+    /* darknet's host output, which nothing reads in training but the cause
+     * of a non-finite loss (loss_cause.c): only then */
+    if (!isfinite(*l.cost)) memcpy(l.output, g->yolo_in, n * sizeof(float));
 }
 
 amp_status amp_cuda_layer_install(amp_layer *al, layer *l, amp_gpu_half_ctx *ctx, char *err,

@@ -512,7 +512,8 @@ void amp_policy_print(const amp_net *an, FILE *out);
 /* ---- yolo.c: darknet's yolo loss, the images in parallel ---- */
 /* forward_yolo_layer's result, bit for bit (its deltas, cost and printed
  * line), with the batch's images on OpenMP's threads; activate: the logistic
- * of darknet's CPU form (its GPU form activated the input on the device). */
+ * of darknet's CPU form (its GPU form activated the input on the device).
+ * l.output may be net.input itself: the output is then made in place. */
 void amp_yolo_forward(layer l, network net, int activate);
 
 /* ---- plan.c: the activation plan (docs/design.md) ---- */

@@ -153,7 +153,8 @@ void amp_yolo_forward(layer l, network net, int activate)
     const int stride = l.w * l.h;
 #pragma omp parallel for schedule(static)
     for (long b = 0; b < batch; ++b) {
-        memcpy(l.output + b * per, net.input + b * per, (size_t)per * sizeof(float));
+        if (l.output != net.input) /* the same array: in place (a GPU's staging) */
+            memcpy(l.output + b * per, net.input + b * per, (size_t)per * sizeof(float));
         for (int n = 0; activate && n < l.n; ++n) {
             activate_array(l.output + entry_index(&l, (int)b, n * stride, 0), 2 * stride, LOGISTIC);
             activate_array(l.output + entry_index(&l, (int)b, n * stride, 4),

@@ -12,7 +12,9 @@
 #include "amp_cuda.h"
 #include "cuda_check.h"
 #include "math/act_math.h"
+#include "math/fastdiv.h"
 #include "math/half_format.h"
+#include "math/nhwc.h"
 
 #include <float.h>
 #include <stdio.h>
@@ -43,26 +45,41 @@ static unsigned int blocks_for(long n)
         if (st_ != AMP_OK) return st_;                                                          \
     } while (0)
 
+/* Index math in 32 bits with math/fastdiv.h's dividers (a flat index split
+ * into image, row, column and channel costs a GPU several 64-bit divisions
+ * otherwise, more than moving the value): a launch covers fewer than 2^31
+ * elements, more images or positions go in several launches. */
+#define UGRID_LOOP(i, n)                                                                        \
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += gridDim.x * blockDim.x)
+
+/* How many of the units of per elements each one launch takes (at least
+ * 1); 0 where one unit alone is 2^31 elements or more. */
+static long per_launch(long per)
+{
+    return per >= (long)AMP_FASTDIV_MAX ? 0 : ((long)AMP_FASTDIV_MAX - 1) / (per > 0 ? per : 1);
+}
+
 /* ---- max-pooling: darknet's windows (offset -pad/2), the first maximum ---- */
 
-static __global__ void maxpool_forward_kernel(amp_cuda_pool p, const uint16_t *in, uint16_t *out,
-                                              int *idx, int bf16)
+static __global__ void maxpool_forward_kernel(amp_cuda_pool p, amp_nhwc_divs v, const uint16_t *in,
+                                              uint16_t *out, int *idx, int bf16)
 {
-    const long n = (long)p.batch * p.out_h * p.out_w * p.c;
+    const uint32_t n = (uint32_t)p.batch * p.out_h * p.out_w * p.c;
     const int off = -p.pad / 2;
-    GRID_LOOP(o, n) {
-        const int ch = (int)(o % p.c);
-        const long pos = o / p.c;
-        const int j = (int)(pos % p.out_w), i = (int)(pos / p.out_w % p.out_h);
-        const int b = (int)(pos / ((long)p.out_w * p.out_h));
+    UGRID_LOOP(o, n) {
+        uint32_t b, i, j, ch;
+        amp_nhwc_split(v, o, &b, &i, &j, &ch);
         float m = -FLT_MAX;
         int best = -1;
-        for (int k = 0; k < p.size * p.size; ++k) {
-            const int y = off + i * p.stride + k / p.size, x = off + j * p.stride + k % p.size;
-            if (y < 0 || y >= p.h || x < 0 || x >= p.w) continue;
-            const int at = ((b * p.h + y) * p.w + x) * p.c + ch;
-            const float v = hv(in, at, bf16);
-            if (v > m) m = v, best = at;
+        for (int ky = 0; ky < p.size; ++ky) {
+            const int y = off + (int)i * p.stride + ky;
+            for (int kx = 0; kx < p.size; ++kx) {
+                const int x = off + (int)j * p.stride + kx;
+                if (y < 0 || y >= p.h || x < 0 || x >= p.w) continue;
+                const int at = (((int)b * p.h + y) * p.w + x) * p.c + (int)ch;
+                const float val = hv(in, at, bf16);
+                if (val > m) m = val, best = at;
+            }
         }
         out[o] = hr(m, bf16);
         idx[o] = best;
@@ -71,16 +88,15 @@ static __global__ void maxpool_forward_kernel(amp_cuda_pool p, const uint16_t *i
 
 /* Each input element: the gradients of the windows whose maximum it is,
  * window by window in output order, added onto what it holds, rounded once. */
-static __global__ void maxpool_backward_kernel(amp_cuda_pool p, const uint16_t *d, const int *idx,
-                                               uint16_t *dst, int bf16)
+static __global__ void maxpool_backward_kernel(amp_cuda_pool p, amp_nhwc_divs v, const uint16_t *d,
+                                               const int *idx, uint16_t *dst, int bf16)
 {
-    const long n = (long)p.batch * p.h * p.w * p.c;
+    const uint32_t n = (uint32_t)p.batch * p.h * p.w * p.c;
     const int off = -p.pad / 2;
-    GRID_LOOP(e, n) {
-        const int ch = (int)(e % p.c);
-        const long pos = e / p.c;
-        const int x = (int)(pos % p.w), y = (int)(pos / p.w % p.h);
-        const int b = (int)(pos / ((long)p.w * p.h));
+    UGRID_LOOP(e, n) {
+        uint32_t b, uy, ux, ch;
+        amp_nhwc_split(v, e, &b, &uy, &ux, &ch);
+        const int y = (int)uy, x = (int)ux;
         /* windows i with off + i stride <= y < off + i stride + size */
         int i0 = y - off - p.size + 1, i1 = y - off, j0 = x - off - p.size + 1, j1 = x - off;
         i0 = i0 <= 0 ? 0 : (i0 + p.stride - 1) / p.stride, i1 = i1 < 0 ? -1 : i1 / p.stride;
@@ -91,7 +107,7 @@ static __global__ void maxpool_backward_kernel(amp_cuda_pool p, const uint16_t *
         int found = 0;
         for (int i = i0; i <= i1; ++i)
             for (int j = j0; j <= j1; ++j) {
-                const long k = ((long)(b * p.out_h + i) * p.out_w + j) * p.c + ch;
+                const int k = (((int)b * p.out_h + i) * p.out_w + j) * p.c + (int)ch;
                 if (idx[k] != (int)e) continue;
                 if (!found) acc = hv(dst, e, bf16), found = 1;
                 acc += hv(d, k, bf16);
@@ -100,10 +116,13 @@ static __global__ void maxpool_backward_kernel(amp_cuda_pool p, const uint16_t *
     }
 }
 
-/* darknet's indexes are int: the input must have fewer than 2^31 values */
+/* darknet's indexes are int: the input and the output must have fewer than
+ * 2^31 values (then so do both kernels' flat indexes) */
 static amp_status pool_fits(const amp_cuda_pool *p, char *err, size_t errlen)
 {
-    if ((long)p->batch * p->h * p->w * p->c <= 2147483647L) return AMP_OK;
+    if ((long)p->batch * p->h * p->w * p->c < (long)AMP_FASTDIV_MAX &&
+        (long)p->batch * p->out_h * p->out_w * p->c < (long)AMP_FASTDIV_MAX)
+        return AMP_OK;
     snprintf(err, errlen, "maxpool: %d images of %dx%dx%d: more than 2^31 values (darknet's int "
                           "indexes)", p->batch, p->h, p->w, p->c);
     return AMP_ERR_INVALID;
@@ -117,8 +136,8 @@ extern "C" amp_status amp_cuda_maxpool_nhwc_forward(const amp_cuda_pool *p, cons
     if (n <= 0) return AMP_OK;
     const amp_status st = pool_fits(p, err, errlen);
     if (st != AMP_OK) return st;
-    maxpool_forward_kernel<<<blocks_for(n), 256, 0, stream>>>(*p, in, out, idx,
-                                                              dtype == AMP_DTYPE_BFLOAT16);
+    maxpool_forward_kernel<<<blocks_for(n), 256, 0, stream>>>(
+        *p, amp_nhwc_divs_of(p->c, p->out_w, p->out_h), in, out, idx, dtype == AMP_DTYPE_BFLOAT16);
     LAUNCHED();
     return AMP_OK;
 }
@@ -131,54 +150,70 @@ extern "C" amp_status amp_cuda_maxpool_nhwc_backward(const amp_cuda_pool *p, con
     if (n <= 0) return AMP_OK;
     const amp_status st = pool_fits(p, err, errlen);
     if (st != AMP_OK) return st;
-    maxpool_backward_kernel<<<blocks_for(n), 256, 0, stream>>>(*p, d, idx, dst,
-                                                               dtype == AMP_DTYPE_BFLOAT16);
+    maxpool_backward_kernel<<<blocks_for(n), 256, 0, stream>>>(
+        *p, amp_nhwc_divs_of(p->c, p->w, p->h), d, idx, dst, dtype == AMP_DTYPE_BFLOAT16);
     LAUNCHED();
     return AMP_OK;
 }
 
 /* ---- upsample (stride s): each value copied to an s x s block ---- */
 
-static __global__ void upsample_forward_kernel(const uint16_t *in, uint16_t *out, int batch, int h,
-                                               int w, int c, int s)
+/* nb images (a launch's), their output's flat index split by v (oh = h s,
+ * ow = w s). */
+static __global__ void upsample_forward_kernel(const uint16_t *in, uint16_t *out, int nb, int h,
+                                               int w, int c, int s, amp_nhwc_divs v, amp_divider ds)
 {
-    const int oh = h * s, ow = w * s;
-    const long n = (long)batch * oh * ow * c;
-    GRID_LOOP(o, n) {
-        const int ch = (int)(o % c);
-        const long pos = o / c;
-        const int X = (int)(pos % ow), Y = (int)(pos / ow % oh), b = (int)(pos / ((long)ow * oh));
-        out[o] = in[(((long)b * h + Y / s) * w + X / s) * c + ch];
+    const uint32_t n = (uint32_t)nb * h * s * w * s * c;
+    UGRID_LOOP(o, n) {
+        uint32_t b, Y, X, ch;
+        amp_nhwc_split(v, o, &b, &Y, &X, &ch);
+        out[o] = in[(((int)b * h + (int)amp_div(ds, Y)) * w + (int)amp_div(ds, X)) * c + (int)ch];
     }
 }
 
 /* Each input's gradient: its block of output gradients, rows then columns,
  * added onto what it holds, rounded once. */
-static __global__ void upsample_backward_kernel(const uint16_t *d, uint16_t *dst, int batch, int h,
-                                                int w, int c, int s, int bf16)
+static __global__ void upsample_backward_kernel(const uint16_t *d, uint16_t *dst, int nb, int h,
+                                                int w, int c, int s, amp_nhwc_divs v, int bf16)
 {
     const int oh = h * s, ow = w * s;
-    const long n = (long)batch * h * w * c;
-    GRID_LOOP(e, n) {
-        const int ch = (int)(e % c);
-        const long pos = e / c;
-        const int x = (int)(pos % w), y = (int)(pos / w % h), b = (int)(pos / ((long)w * h));
+    const uint32_t n = (uint32_t)nb * h * w * c;
+    UGRID_LOOP(e, n) {
+        uint32_t b, y, x, ch;
+        amp_nhwc_split(v, e, &b, &y, &x, &ch);
         float acc = hv(dst, e, bf16);
         for (int j = 0; j < s; ++j)
             for (int i = 0; i < s; ++i)
-                acc += hv(d, (((long)b * oh + y * s + j) * ow + x * s + i) * c + ch, bf16);
+                acc += hv(d, ((long)((int)b * oh + (int)y * s + j) * ow + (int)x * s + i) * c + ch,
+                          bf16);
         dst[e] = hr(acc, bf16);
     }
+}
+
+/* The images a launch takes, per_image values each on the larger side. */
+static int upsample_images(int batch, long per_image, char *err, size_t errlen)
+{
+    const long k = per_launch(per_image);
+    if (k <= 0) snprintf(err, errlen, "upsample: one image of %ld values: 2^31 or more", per_image);
+    return k <= 0 ? 0 : k < batch ? (int)k : batch;
 }
 
 extern "C" amp_status amp_cuda_upsample_nhwc_forward(const uint16_t *in, uint16_t *out, int batch,
                                                      int h, int w, int c, int stride,
                                                      cudaStream_t stream, char *err, size_t errlen)
 {
-    const long n = (long)batch * h * stride * w * stride * c;
-    if (n <= 0) return AMP_OK;
-    upsample_forward_kernel<<<blocks_for(n), 256, 0, stream>>>(in, out, batch, h, w, c, stride);
-    LAUNCHED();
+    const long per_in = (long)h * w * c, per_out = per_in * stride * stride;
+    if (batch <= 0 || per_out <= 0) return AMP_OK;
+    const int k = upsample_images(batch, per_out, err, errlen);
+    if (!k) return AMP_ERR_INVALID;
+    const amp_nhwc_divs v = amp_nhwc_divs_of(c, w * stride, h * stride);
+    const amp_divider ds = amp_divider_of((uint32_t)stride);
+    for (int b0 = 0; b0 < batch; b0 += k) {
+        const int nb = batch - b0 < k ? batch - b0 : k;
+        upsample_forward_kernel<<<blocks_for(nb * per_out), 256, 0, stream>>>(
+            in + b0 * per_in, out + b0 * per_out, nb, h, w, c, stride, v, ds);
+        LAUNCHED();
+    }
     return AMP_OK;
 }
 
@@ -187,28 +222,41 @@ extern "C" amp_status amp_cuda_upsample_nhwc_backward(const uint16_t *d, uint16_
                                                       amp_dtype dtype, cudaStream_t stream,
                                                       char *err, size_t errlen)
 {
-    const long n = (long)batch * h * w * c;
-    if (n <= 0) return AMP_OK;
-    upsample_backward_kernel<<<blocks_for(n), 256, 0, stream>>>(d, dst, batch, h, w, c, stride,
-                                                                dtype == AMP_DTYPE_BFLOAT16);
-    LAUNCHED();
+    const long per_in = (long)h * w * c, per_out = per_in * stride * stride;
+    if (batch <= 0 || per_out <= 0) return AMP_OK;
+    const int k = upsample_images(batch, per_out, err, errlen);
+    if (!k) return AMP_ERR_INVALID;
+    const amp_nhwc_divs v = amp_nhwc_divs_of(c, w, h);
+    for (int b0 = 0; b0 < batch; b0 += k) {
+        const int nb = batch - b0 < k ? batch - b0 : k;
+        upsample_backward_kernel<<<blocks_for(nb * per_in), 256, 0, stream>>>(
+            d + b0 * per_out, dst + b0 * per_in, nb, h, w, c, stride, v,
+            dtype == AMP_DTYPE_BFLOAT16);
+        LAUNCHED();
+    }
     return AMP_OK;
 }
 
 /* ---- route: channel slices side by side; rows of a strided copy ---- */
 
-/* dst[p ds + c] = src[p ss + c] (add: half(dst + src)) for positions x cols. */
+/* dst[p ds + c] = src[p ss + c] (add: half(dst + src)) for positions x cols
+ * (fewer than 2^31 values: a launch's). */
 static __global__ void rows_kernel(uint16_t *dst, long ds, const uint16_t *src, long ss,
-                                   long positions, int cols, int add, int bf16)
+                                   uint32_t n, amp_divider vc, int add, int bf16)
 {
-    const long n = positions * cols;
-    GRID_LOOP(e, n) {
-        const long p = e / cols;
-        const int c = (int)(e % cols);
+    UGRID_LOOP(e, n) {
+        uint32_t c;
+        const uint32_t p = amp_divmod(vc, e, &c);
         uint16_t *t = dst + p * ds + c;
         const uint16_t v = src[p * ss + c];
         *t = add ? hr(hv(t, 0, bf16) + hv(&v, 0, bf16), bf16) : v;
     }
+}
+
+/* The same where both are contiguous (ds = ss = cols): a flat copy or sum. */
+static __global__ void flat_kernel(uint16_t *dst, const uint16_t *src, long n, int add, int bf16)
+{
+    GRID_LOOP(e, n) dst[e] = add ? hr(hv(dst, e, bf16) + hv(src, e, bf16), bf16) : src[e];
 }
 
 extern "C" amp_status amp_cuda_rows_nhwc(uint16_t *dst, long dst_stride, const uint16_t *src,
@@ -218,9 +266,25 @@ extern "C" amp_status amp_cuda_rows_nhwc(uint16_t *dst, long dst_stride, const u
 {
     const long n = positions * cols;
     if (n <= 0) return AMP_OK;
-    rows_kernel<<<blocks_for(n), 256, 0, stream>>>(dst, dst_stride, src, src_stride, positions,
-                                                   cols, add, dtype == AMP_DTYPE_BFLOAT16);
-    LAUNCHED();
+    const int bf16 = dtype == AMP_DTYPE_BFLOAT16;
+    if (dst_stride == cols && src_stride == cols) {
+        flat_kernel<<<blocks_for(n), 256, 0, stream>>>(dst, src, n, add, bf16);
+        LAUNCHED();
+        return AMP_OK;
+    }
+    const long k = per_launch(cols);
+    if (k <= 0) {
+        snprintf(err, errlen, "route: rows of %d values: 2^31 or more", cols);
+        return AMP_ERR_INVALID;
+    }
+    const amp_divider vc = amp_divider_of((uint32_t)cols);
+    for (long p0 = 0; p0 < positions; p0 += k) {
+        const long np = positions - p0 < k ? positions - p0 : k;
+        rows_kernel<<<blocks_for(np * cols), 256, 0, stream>>>(
+            dst + p0 * dst_stride, dst_stride, src + p0 * src_stride, src_stride,
+            (uint32_t)(np * cols), vc, add, bf16);
+        LAUNCHED();
+    }
     return AMP_OK;
 }
 

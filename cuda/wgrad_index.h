@@ -17,6 +17,7 @@
 #ifndef AMP_WGRAD_INDEX_H
 #define AMP_WGRAD_INDEX_H
 
+#include "math/fastdiv.h"
 #include "math/hd.h"
 #include "math/nhwc.h"
 
@@ -57,14 +58,38 @@ static AMP_HD inline long long amp_im2col_src2(amp_im2col_dims d, int row, int q
     return (((long long)b * d.c + ci) * d.h + iy) * d.w + ix;
 }
 
-/* The same from an NHWC input of cs >= d.c stored channels (the first
- * convolution's image is padded): the element of x[b][iy][ix][ci] that
- * col[row][q] holds, or -1 for padding. */
+/* The divisors of a column index (math/fastdiv.h), made once per launch:
+ * the kernel that gathers from NHWC splits every column index with them. */
+typedef struct amp_im2col_divs {
+    amp_divider ohw, ow;
+} amp_im2col_divs;
+
+static AMP_HD inline amp_im2col_divs amp_im2col_divs_of(amp_im2col_dims d)
+{
+    amp_im2col_divs v = {amp_divider_of((uint32_t)(d.out_h * d.out_w)),
+                         amp_divider_of((uint32_t)d.out_w)};
+    return v;
+}
+
+/* From an NHWC input of cs >= d.c stored channels (the first convolution's
+ * image is padded): the element of x[b][iy][ix][ch] that col[ch * size *
+ * size + ky * size + kx][q] holds, or -1 for padding. wgrad.cu's kernel
+ * reads a tile of channels of one window position (ky, kx) this way. */
+static AMP_HD inline long long amp_im2col_nhwc_tap(amp_im2col_dims d, amp_im2col_divs v, int cs,
+                                                   int ch, int ky, int kx, int q)
+{
+    uint32_t p, ox;
+    const uint32_t b = amp_divmod(v.ohw, (uint32_t)q, &p), oy = amp_divmod(v.ow, p, &ox);
+    const int iy = (int)oy * d.stride - d.pad + ky, ix = (int)ox * d.stride - d.pad + kx;
+    if (iy < 0 || iy >= d.h || ix < 0 || ix >= d.w) return -1;
+    return amp_nhwc_at(b, ch, (long)iy * d.w + ix, cs, (long)d.h * d.w);
+}
+
+/* The same for col[row][q] (host tests: every element of col). */
 static AMP_HD inline long long amp_im2col_src2_nhwc(amp_im2col_dims d, int cs, int row, int q)
 {
-    int b, ci, iy, ix;
-    if (!amp_im2col_at(d, row, q, &b, &ci, &iy, &ix)) return -1;
-    return amp_nhwc_at(b, ci, (long)iy * d.w + ix, cs, (long)d.h * d.w);
+    const int kk = d.size * d.size, ch = row / kk, tap = row - ch * kk;
+    return amp_im2col_nhwc_tap(d, amp_im2col_divs_of(d), cs, ch, tap / d.size, tap % d.size, q);
 }
 
 /* The same for col's element i (row-major: rows of nb * out_h * out_w). */

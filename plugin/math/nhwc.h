@@ -6,6 +6,7 @@
 #ifndef AMP_MATH_NHWC_H
 #define AMP_MATH_NHWC_H
 
+#include "fastdiv.h"
 #include "hd.h"
 
 /* Image b, channel ch, position p: NHWC, a position's channels contiguous. */
@@ -25,6 +26,27 @@ AMP_HD static inline long amp_nhwc_of_nchw(long f, long c, long hw)
 {
     const long per = c * hw, b = f / per, r = f % per;
     return amp_nhwc_at(b, r / hw, r % hw, c, hw);
+}
+
+/* The dividers (fastdiv.h) that split a flat NHWC index of a tensor of c
+ * channels, w columns and h rows, made once per kernel launch... */
+typedef struct amp_nhwc_divs {
+    amp_divider c, w, h;
+} amp_nhwc_divs;
+
+AMP_HD static inline amp_nhwc_divs amp_nhwc_divs_of(int c, int w, int h)
+{
+    amp_nhwc_divs v = {amp_divider_of((uint32_t)c), amp_divider_of((uint32_t)w),
+                       amp_divider_of((uint32_t)h)};
+    return v;
+}
+
+/* ...into image b, row y, column x and channel ch (i < 2^31). */
+AMP_HD static inline void amp_nhwc_split(amp_nhwc_divs v, uint32_t i, uint32_t *b, uint32_t *y,
+                                         uint32_t *x, uint32_t *ch)
+{
+    const uint32_t pos = amp_divmod(v.c, i, ch), row = amp_divmod(v.w, pos, x);
+    *b = amp_divmod(v.h, row, y);
 }
 
 #endif

@@ -172,6 +172,7 @@ typedef struct amp_gpu_net {
     float *yolo_in, *yolo_delta; /* pinned host staging of a yolo layer's loss (layers.c):
                                     its activated output and its deltas, yolo_n floats each */
     size_t yolo_n;
+    int yolo_refused;            /* page-locked memory refused once: not asked for again */
     struct ncclComm *nccl;  /* data-parallel (NCCL builds): the processes' communicator
                                (an ncclComm_t), or NULL; in every build, so that the
                                record has one layout in every file */

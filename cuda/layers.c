@@ -89,10 +89,12 @@ static int recurrent(const layer *l)
 }
 
 /* Pinned host staging of n floats for a yolo layer's copies (the network's
- * two buffers, grown as needed); 0 where page-locked memory is refused. */
+ * two buffers, grown as needed); 0 where page-locked memory is refused,
+ * said once, and not asked for again (each try costs a blocking call). */
 static int yolo_staging(amp_gpu_net *g, size_t n)
 {
     if (n <= g->yolo_n) return 1;
+    if (g->yolo_refused) return 0;
     if (g->yolo_in) cudaFreeHost(g->yolo_in);
     if (g->yolo_delta) cudaFreeHost(g->yolo_delta);
     g->yolo_in = g->yolo_delta = NULL;
@@ -102,6 +104,10 @@ static int yolo_staging(amp_gpu_net *g, size_t n)
         if (g->yolo_in) cudaFreeHost(g->yolo_in);
         g->yolo_in = NULL;
         (void)cudaGetLastError();
+        g->yolo_refused = 1;
+        fprintf(stderr, "amp: %zu MB of page-locked host memory refused: the yolo loss's copies "
+                        "go through darknet's pageable arrays\n",
+                2 * n * sizeof(float) >> 20);
         return 0;
     }
     g->yolo_n = n;

@@ -2,7 +2,10 @@
  * calls that block the host (device/stream/event synchronisation, cudaMemcpy,
  * cudaFree) and forwards each to the real runtime. At exit it writes
  * "name count" lines to $SYNC_COUNT_OUT; sync_count_total() gives the total so
- * far to a program that asks (train_driver --time). */
+ * far to a program that asks (train_driver --time). It also counts
+ * cudaMallocHost (a "#" line, outside the total) and, with
+ * SYNC_SHIM_REFUSE_PINNED set, refuses it as a host short of page-locked
+ * memory would (gpu_train.sh pinned). */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -46,6 +49,18 @@ cudaError_t cudaFree(void *p)
     FORWARD(cudaFree, p);
 }
 
+static unsigned long n_hostalloc;
+
+cudaError_t cudaMallocHost(void **p, size_t size)
+{
+    n_hostalloc++;
+    if (getenv("SYNC_SHIM_REFUSE_PINNED")) {
+        *p = NULL;
+        return cudaErrorMemoryAllocation;
+    }
+    FORWARD(cudaMallocHost, p, size);
+}
+
 /* The total so far, for programs that look for it (train_driver --time). */
 __attribute__((visibility("default"))) long sync_count_total(void)
 {
@@ -58,6 +73,7 @@ __attribute__((destructor)) static void report(void)
     FILE *f = path ? fopen(path, "w") : NULL;
     if (!f) return;
     fprintf(f, "cudaDeviceSynchronize %lu\ncudaStreamSynchronize %lu\ncudaEventSynchronize %lu\n"
-               "cudaMemcpy %lu\ncudaFree %lu\n", n_device, n_stream, n_event, n_memcpy, n_free);
+               "cudaMemcpy %lu\ncudaFree %lu\n#cudaMallocHost %lu\n", n_device, n_stream, n_event,
+            n_memcpy, n_free, n_hostalloc);
     fclose(f);
 }

@@ -133,8 +133,13 @@ def plan(sections, size):
             shapes = [layers[j][2] for j in idx]
             if len({sh[1:] for sh in shapes}) != 1:
                 sys.exit(f"bench_torch: layer {i}: route inputs differ in size")
-            o.update(_idx=idx)
-            c, h, w = sum(sh[0] for sh in shapes), shapes[0][1], shapes[0][2]
+            # groups: each input's channels in that many slices, group_id's taken
+            g, gid = int(o.get('groups', 1)), int(o.get('group_id', 0))
+            if g < 1 or not 0 <= gid < g or any(sh[0] % g for sh in shapes):
+                sys.exit(f"bench_torch: layer {i}: route groups={g} group_id={gid} do not divide "
+                         "its inputs")
+            o.update(_idx=idx, _groups=g, _gid=gid)
+            c, h, w = sum(sh[0] // g for sh in shapes), shapes[0][1], shapes[0][2]
         elif kind == 'upsample':
             s = int(o.get('stride', 2))
             o.update(_s=s)
@@ -197,7 +202,7 @@ def build(torch, layers):
 
             mods.append(MaxPool(o['_k'], o['_s'], o['_p'], o['_h'], o['_w']))
         elif kind == 'route':
-            routes[i] = o['_idx']
+            routes[i] = (o['_idx'], o['_groups'], o['_gid'])
             mods.append(nn.Identity())
         elif kind == 'shortcut':
             act = o.get('activation', 'linear')  # darknet's default for shortcut
@@ -220,7 +225,8 @@ def build(torch, layers):
             outs, heads = [], []
             for i, layer in enumerate(self.layers):
                 if i in routes:
-                    srcs = [outs[j] for j in routes[i]]
+                    idx, g, gid = routes[i]
+                    srcs = [outs[j] if g == 1 else outs[j].chunk(g, 1)[gid] for j in idx]
                     x = srcs[0] if len(srcs) == 1 else torch.cat(srcs, 1)
                 elif i in shortcuts:
                     x = layer(x + outs[shortcuts[i]])

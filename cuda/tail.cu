@@ -28,6 +28,7 @@
  * rounded into dh and its flushes counted, in one pass. */
 #include "amp_cuda.h"
 #include "cuda_check.h"
+#include "math/fastdiv.h"
 #include "math/half_format.h"
 #include "math/tail_math.h"
 
@@ -77,11 +78,22 @@ static __device__ __forceinline__ uint16_t rn(float v, int bf16)
 typedef struct tail_args {
     long positions;
     int c, bf16, act;
+    amp_divider cdiv; /* of c: an element's channel (chan_of) */
     const uint16_t *x, *y, *dh;
     const float *mean, *den, *scale, *bias, *inv, *kv, *km;
 } tail_args;
 
 enum { SUM_X, SUM_SQDEV, SUM_BWD, SUM_BWD_BIAS };
+
+/* Element i's channel: a multiply-high and a shift below 2^31 (fastdiv.h),
+ * a 64-bit remainder beyond. */
+static __device__ __forceinline__ int chan_of(const tail_args &a, long i)
+{
+    if (i >= (long)AMP_FASTDIV_MAX) return (int)(i % a.c);
+    uint32_t r;
+    amp_divmod(a.cdiv, (uint32_t)i, &r);
+    return (int)r;
+}
 
 /* The backward's values of one element: xm = x - mean, x_norm, and d = dh
  * act'(y, the value before act). */
@@ -256,7 +268,7 @@ template <int V> static __global__ void norm_kernel(tail_args a, uint16_t *y)
     for (long v = blockIdx.x * (long)blockDim.x + threadIdx.x; v < n;
          v += (long)gridDim.x * blockDim.x) {
         const long i = v * V;
-        const int ch0 = (int)(i % a.c);
+        const int ch0 = chan_of(a, i);
         uint16_t hx[V], hy[V];
         load_v<V>(a.x, i, hx);
         for (int k = 0; k < V; ++k) {
@@ -298,7 +310,7 @@ template <int V> static __global__ void dx_kernel(tail_args a, uint16_t *dh, uns
         unsigned nz = 0, fl = 0;
         if (v < n) {
             const long i = v * V;
-            const int ch0 = (int)(i % a.c);
+            const int ch0 = chan_of(a, i);
             uint16_t hx[V], hy[V], hd[V];
             const int with_x = a.mean || amp_act_needs_input(a.act);
             if (with_x) load_v<V>(a.x, i, hx);
@@ -381,6 +393,7 @@ static tail_args args_of(const amp_cuda_tail *t)
     tail_args a = {};
     a.positions = t->positions;
     a.c = t->c;
+    a.cdiv = amp_divider_of(t->c > 0 ? (uint32_t)t->c : 1u);
     a.bf16 = t->bf16;
     a.act = t->act;
     a.x = t->x ? t->x : t->y;

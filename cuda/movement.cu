@@ -11,6 +11,7 @@
  * row), rather than scattering with atomics. */
 #include "amp_cuda.h"
 #include "cuda_check.h"
+#include "half_vec.cuh"
 #include "math/act_math.h"
 #include "math/fastdiv.h"
 #include "math/half_format.h"
@@ -253,10 +254,36 @@ static __global__ void rows_kernel(uint16_t *dst, long ds, const uint16_t *src, 
     }
 }
 
-/* The same where both are contiguous (ds = ss = cols): a flat copy or sum. */
-static __global__ void flat_kernel(uint16_t *dst, const uint16_t *src, long n, int add, int bf16)
+/* The element passes below take V values per thread: 8 (one 16-byte access
+ * per array) where the length is a multiple of 8 and every array starts
+ * 16-byte aligned, else 1; the same arithmetic on each value either way. */
+static int vec_ok(long n, const void *a, const void *b, const void *c, const void *d)
 {
-    GRID_LOOP(e, n) dst[e] = add ? hr(hv(dst, e, bf16) + hv(src, e, bf16), bf16) : src[e];
+    return n % AMP_HALF_VEC == 0 && (!a || amp_aligned16(a)) && (!b || amp_aligned16(b)) &&
+           (!c || amp_aligned16(c)) && (!d || amp_aligned16(d));
+}
+
+static __device__ __forceinline__ float hb(uint16_t x, int bf16)
+{
+    return bf16 ? amp_bf16_to_f32(x) : amp_f16_to_f32(x);
+}
+
+/* The same where both are contiguous (ds = ss = cols): a flat copy or sum. */
+template <int V>
+static __global__ void flat_kernel(uint16_t *dst, const uint16_t *src, long nv, int add, int bf16)
+{
+    GRID_LOOP(v, nv) {
+        const long e = v * V;
+        uint16_t s[V], d[V];
+        amp_load_v<V>(src, e, s);
+        if (add) {
+            amp_load_v<V>(dst, e, d);
+            for (int k = 0; k < V; ++k) d[k] = hr(hb(d[k], bf16) + hb(s[k], bf16), bf16);
+        } else {
+            for (int k = 0; k < V; ++k) d[k] = s[k];
+        }
+        amp_store_v<V>(dst, e, d);
+    }
 }
 
 extern "C" amp_status amp_cuda_rows_nhwc(uint16_t *dst, long dst_stride, const uint16_t *src,
@@ -268,7 +295,11 @@ extern "C" amp_status amp_cuda_rows_nhwc(uint16_t *dst, long dst_stride, const u
     if (n <= 0) return AMP_OK;
     const int bf16 = dtype == AMP_DTYPE_BFLOAT16;
     if (dst_stride == cols && src_stride == cols) {
-        flat_kernel<<<blocks_for(n), 256, 0, stream>>>(dst, src, n, add, bf16);
+        if (vec_ok(n, dst, src, NULL, NULL))
+            flat_kernel<AMP_HALF_VEC><<<blocks_for(n / AMP_HALF_VEC), 256, 0, stream>>>(
+                dst, src, n / AMP_HALF_VEC, add, bf16);
+        else
+            flat_kernel<1><<<blocks_for(n), 256, 0, stream>>>(dst, src, n, add, bf16);
         LAUNCHED();
         return AMP_OK;
     }
@@ -290,21 +321,43 @@ extern "C" amp_status amp_cuda_rows_nhwc(uint16_t *dst, long dst_stride, const u
 
 /* ---- shortcut (same shapes): half(act(a + b)); its gradient into both ---- */
 
+template <int V>
 static __global__ void shortcut_forward_kernel(const uint16_t *a, const uint16_t *b, uint16_t *out,
-                                               long n, int act, int bf16)
+                                               long nv, int act, int bf16)
 {
-    GRID_LOOP(i, n) out[i] = hr(amp_act(hv(a, i, bf16) + hv(b, i, bf16), act), bf16);
+    GRID_LOOP(v, nv) {
+        const long i = v * V;
+        uint16_t ha[V], hb_[V], ho[V];
+        amp_load_v<V>(a, i, ha);
+        amp_load_v<V>(b, i, hb_);
+        for (int k = 0; k < V; ++k)
+            ho[k] = hr(amp_act(hb(ha[k], bf16) + hb(hb_[k], bf16), act), bf16);
+        amp_store_v<V>(out, i, ho);
+    }
 }
 
+template <int V>
 static __global__ void shortcut_backward_kernel(const uint16_t *delta, const uint16_t *y,
-                                                uint16_t *prev, uint16_t *other, long n, int act,
+                                                uint16_t *prev, uint16_t *other, long nv, int act,
                                                 int bf16)
 {
-    GRID_LOOP(i, n) {
-        float d = hv(delta, i, bf16);
-        if (act != AMP_ACT_LINEAR) d *= amp_act_grad(hv(y, i, bf16), 0.f, act);
-        if (prev) prev[i] = hr(hv(prev, i, bf16) + d, bf16);
-        if (other) other[i] = hr(hv(other, i, bf16) + d, bf16);
+    GRID_LOOP(v, nv) {
+        const long i = v * V;
+        uint16_t hd[V], hy[V], h[V];
+        float d[V];
+        amp_load_v<V>(delta, i, hd);
+        if (act != AMP_ACT_LINEAR) amp_load_v<V>(y, i, hy);
+        for (int k = 0; k < V; ++k) {
+            d[k] = hb(hd[k], bf16);
+            if (act != AMP_ACT_LINEAR) d[k] *= amp_act_grad(hb(hy[k], bf16), 0.f, act);
+        }
+        uint16_t *const to[2] = {prev, other};
+        for (int t = 0; t < 2; ++t) {
+            if (!to[t]) continue;
+            amp_load_v<V>(to[t], i, h);
+            for (int k = 0; k < V; ++k) h[k] = hr(hb(h[k], bf16) + d[k], bf16);
+            amp_store_v<V>(to[t], i, h);
+        }
     }
 }
 
@@ -330,8 +383,12 @@ extern "C" amp_status amp_cuda_shortcut_nhwc_forward(const uint16_t *a, const ui
         return AMP_ERR_INVALID;
     }
     if (n <= 0) return AMP_OK;
-    shortcut_forward_kernel<<<blocks_for(n), 256, 0, stream>>>(a, b, out, n, act,
-                                                               dtype == AMP_DTYPE_BFLOAT16);
+    const int bf16 = dtype == AMP_DTYPE_BFLOAT16;
+    if (vec_ok(n, a, b, out, NULL))
+        shortcut_forward_kernel<AMP_HALF_VEC><<<blocks_for(n / AMP_HALF_VEC), 256, 0, stream>>>(
+            a, b, out, n / AMP_HALF_VEC, act, bf16);
+    else
+        shortcut_forward_kernel<1><<<blocks_for(n), 256, 0, stream>>>(a, b, out, n, act, bf16);
     LAUNCHED();
     return AMP_OK;
 }
@@ -347,8 +404,13 @@ extern "C" amp_status amp_cuda_shortcut_nhwc_backward(const uint16_t *delta, con
         return AMP_ERR_INVALID;
     }
     if (n <= 0) return AMP_OK;
-    shortcut_backward_kernel<<<blocks_for(n), 256, 0, stream>>>(delta, y, prev, other, n, act,
-                                                                dtype == AMP_DTYPE_BFLOAT16);
+    const int bf16 = dtype == AMP_DTYPE_BFLOAT16;
+    if (vec_ok(n, delta, y, prev, other))
+        shortcut_backward_kernel<AMP_HALF_VEC><<<blocks_for(n / AMP_HALF_VEC), 256, 0, stream>>>(
+            delta, y, prev, other, n / AMP_HALF_VEC, act, bf16);
+    else
+        shortcut_backward_kernel<1><<<blocks_for(n), 256, 0, stream>>>(delta, y, prev, other, n,
+                                                                        act, bf16);
     LAUNCHED();
     return AMP_OK;
 }

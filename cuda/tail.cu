@@ -28,6 +28,7 @@
  * rounded into dh and its flushes counted, in one pass. */
 #include "amp_cuda.h"
 #include "cuda_check.h"
+#include "half_vec.cuh"
 #include "math/fastdiv.h"
 #include "math/half_format.h"
 #include "math/tail_math.h"
@@ -40,7 +41,7 @@
 #define TAIL_MAX_CHUNKS 1024
 #define TAIL_MIN_CHUNK 8 /* positions */
 #define TAIL_SUMS 4      /* the most sums a pass makes per channel */
-#define TAIL_VEC 8       /* values per thread in the element passes (16 bytes) */
+#define TAIL_VEC AMP_HALF_VEC /* values per thread in the element passes (16 bytes) */
 
 /* The chunks of a tensor: positions per chunk and their count. */
 static __host__ __device__ long tail_chunk(long positions)
@@ -115,29 +116,6 @@ static __device__ __forceinline__ float bias_d(const tail_args &a, float x, floa
 
 /* V values from index i (V = TAIL_VEC: one 16-byte load, i a multiple of 8
  * and c too, so that they are channels ch .. ch + 7 of one position). */
-template <int V> static __device__ __forceinline__ void load_v(const uint16_t *p, long i, uint16_t *h)
-{
-    if (V == TAIL_VEC) {
-        const uint4 u = *reinterpret_cast<const uint4 *>(p + i);
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-        for (int k = 0; k < 4; ++k) h[2 * k] = (uint16_t)(w[k] & 0xffffu), h[2 * k + 1] = (uint16_t)(w[k] >> 16);
-    } else {
-        h[0] = p[i];
-    }
-}
-
-template <int V> static __device__ __forceinline__ void store_v(uint16_t *p, long i, const uint16_t *h)
-{
-    if (V == TAIL_VEC) {
-        uint4 u;
-        u.x = h[0] | (uint32_t)h[1] << 16, u.y = h[2] | (uint32_t)h[3] << 16;
-        u.z = h[4] | (uint32_t)h[5] << 16, u.w = h[6] | (uint32_t)h[7] << 16;
-        *reinterpret_cast<uint4 *>(p + i) = u;
-    } else {
-        p[i] = h[0];
-    }
-}
-
 /* The sums' block shape: lanes threads across a position (each V channels;
  * at most 32 lanes, a tile of lanes V channels) by rows of positions. */
 static __host__ __device__ __forceinline__ int sums_lanes(int c, int v)
@@ -168,8 +146,8 @@ static __global__ void __launch_bounds__(TAIL_THREADS) sums_kernel(tail_args a, 
         for (long p = p0 + row; p < p1; p += rows) {
             const long i = p * a.c + ch0;
             uint16_t hx[V], hy[V], hd[V];
-            if (which != SUM_BWD_BIAS || amp_act_needs_input(a.act)) load_v<V>(a.x, i, hx);
-            if (which >= SUM_BWD) load_v<V>(a.y, i, hy), load_v<V>(a.dh, i, hd);
+            if (which != SUM_BWD_BIAS || amp_act_needs_input(a.act)) amp_load_v<V>(a.x, i, hx);
+            if (which >= SUM_BWD) amp_load_v<V>(a.y, i, hy), amp_load_v<V>(a.dh, i, hd);
             for (int k = 0; k < V; ++k) {
                 const int ch = ch0 + k;
                 if (which == SUM_X) {
@@ -270,7 +248,7 @@ template <int V> static __global__ void norm_kernel(tail_args a, uint16_t *y)
         const long i = v * V;
         const int ch0 = chan_of(a, i);
         uint16_t hx[V], hy[V];
-        load_v<V>(a.x, i, hx);
+        amp_load_v<V>(a.x, i, hx);
         for (int k = 0; k < V; ++k) {
             const int ch = ch0 + k;
             const float x = cvt(hx[k], a.bf16);
@@ -278,7 +256,7 @@ template <int V> static __global__ void norm_kernel(tail_args a, uint16_t *y)
                                      : x + a.bias[ch];
             hy[k] = rn(amp_act(pre, a.act), a.bf16);
         }
-        store_v<V>(y, i, hy);
+        amp_store_v<V>(y, i, hy);
     }
 }
 
@@ -313,9 +291,9 @@ template <int V> static __global__ void dx_kernel(tail_args a, uint16_t *dh, uns
             const int ch0 = chan_of(a, i);
             uint16_t hx[V], hy[V], hd[V];
             const int with_x = a.mean || amp_act_needs_input(a.act);
-            if (with_x) load_v<V>(a.x, i, hx);
-            load_v<V>(a.y, i, hy);
-            load_v<V>(a.dh, i, hd);
+            if (with_x) amp_load_v<V>(a.x, i, hx);
+            amp_load_v<V>(a.y, i, hy);
+            amp_load_v<V>(a.dh, i, hd);
             for (int k = 0; k < V; ++k) {
                 const int ch = ch0 + k;
                 const float x = with_x ? cvt(hx[k], a.bf16) : 0.f;
@@ -333,7 +311,7 @@ template <int V> static __global__ void dx_kernel(tail_args a, uint16_t *dh, uns
                 nz += z;
                 fl += z && (hd[k] & 0x7fffu) == 0;
             }
-            store_v<V>(dh, i, hd);
+            amp_store_v<V>(dh, i, hd);
         }
         if (counts) count_flush(nz, fl, counts);
     }
@@ -370,7 +348,7 @@ static int vec_of(int c)
 
 static int misaligned(const void *p)
 {
-    return ((uintptr_t)p & 15) != 0;
+    return !amp_aligned16(p);
 }
 
 static void launch_norm(const tail_args &a, uint16_t *y, int vec, cudaStream_t stream)

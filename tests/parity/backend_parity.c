@@ -312,6 +312,20 @@ static void pull_half(network *net, int i, const uint16_t *gpu, float *host, siz
 #endif
 
 #ifdef GPU
+/* Layer i's output (or delta) of a GPU network into its host array: the
+ * plan's half storage widened, or darknet's float32 array. */
+static void pull_tensor(network *net, int i, int delta)
+{
+    layer *l = &net->layers[i];
+    const amp_net *an = amp_net_of(net);
+    const size_t n = (size_t)l->outputs * l->batch;
+    if (an && an->layers[i].out_half)
+        pull_half(net, i, delta ? amp_cuda_half_delta(an, i) : (const uint16_t *)l->output_gpu,
+                  delta ? l->delta : l->output, n);
+    else
+        pull(delta ? l->delta_gpu : l->output_gpu, delta ? l->delta : l->output, n);
+}
+
 /* A GPU network's max-pooling indexes into its host array (darknet's int
  * indexes: NHWC positions on the plan's half form, NCHW on darknet's). */
 static void pull_indexes(layer *l)
@@ -357,14 +371,9 @@ static void run_forward(network *net, unsigned seed)
     }
 #ifdef GPU
     if (net->gpu_index < 0) return;
-    const amp_net *an = amp_net_of(net);
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];
-        size_t n = (size_t)l->outputs * l->batch;
-        if (an && an->layers[i].out_half) /* the plan's half storage */
-            pull_half(net, i, (const uint16_t *)l->output_gpu, l->output, n);
-        else
-            pull(l->output_gpu, l->output, n);
+        pull_tensor(net, i, 0);
         pull_indexes(l);
         layer *ps[AMP_MAX_SUBLAYERS];
         const char *names[AMP_MAX_SUBLAYERS];
@@ -389,14 +398,9 @@ static void run_backward(network *net)
     backward_network(net);
 #ifdef GPU
     if (net->gpu_index < 0) return;
-    const amp_net *an = amp_net_of(net);
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];
-        size_t n = (size_t)l->outputs * l->batch;
-        if (an && an->layers[i].out_half)
-            pull_half(net, i, amp_cuda_half_delta(an, i), l->delta, n);
-        else
-            pull(l->delta_gpu, l->delta, n);
+        pull_tensor(net, i, 1);
         layer *ps[AMP_MAX_SUBLAYERS];
         const char *names[AMP_MAX_SUBLAYERS];
         int np = parts(l, ps, names);

@@ -86,7 +86,7 @@ extern "C" amp_status amp_cuda_im2col_half_nhwc(const uint16_t *x, amp_im2col_di
                  d.size, d.size, d.c);
         return AMP_ERR_INVALID;
     }
-    const dim3 grid((unsigned)((cols + IM2COL_TILE - 1) / IM2COL_TILE), (unsigned)ctiles,
+    const dim3 grid((unsigned)(((long)cols + IM2COL_TILE - 1) / IM2COL_TILE), (unsigned)ctiles,
                     (unsigned)taps);
     im2col_nhwc_kernel<<<grid, dim3(IM2COL_TILE, IM2COL_ROWS), 0, stream>>>(
         x, d, amp_im2col_divs_of(d), c_stored, cols, col);

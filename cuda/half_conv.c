@@ -225,6 +225,14 @@ static void *workspace_of(const amp_layer *al, const struct amp_cudnn_conv *c,
                                                              : amp_gpu_half_of(al)->ctx->ws.p;
 }
 
+/* l's whole batch as wgrad_index.h's dimensions. */
+static amp_im2col_dims dims_of(const layer *l)
+{
+    const amp_im2col_dims d = {l->batch, l->c,    l->h,     l->w,    l->size,
+                               l->stride, l->pad, l->out_h, l->out_w};
+    return d;
+}
+
 /* The shared scratch l's calls need for the shape and plan as set up: the
  * workspace, the operands at a region's edges (gpu_plan.c's
  * amp_gpu_storage_of), the weight gradient's. Reserved on every call, since
@@ -253,7 +261,9 @@ static amp_status reserve_scratch(amp_layer *al, const layer *l, const struct am
      * and (NCHW) the gradient by channel */
     const size_t ohw = (size_t)l->out_h * l->out_w, nb = (size_t)c->wgrad_images;
     const size_t cols = (size_t)l->c * l->size * l->size;
-    AMP_FORWARD_IF_ERROR(amp_gpu_reserve(&x->col, cols * ohw * nb * sizeof(uint16_t), why, whylen));
+    if (!(h->planned && amp_wgrad_direct(dims_of(l))))
+        AMP_FORWARD_IF_ERROR(
+            amp_gpu_reserve(&x->col, cols * ohw * nb * sizeof(uint16_t), why, whylen));
     if (st.dyc_scratch)
         AMP_FORWARD_IF_ERROR(
             amp_gpu_reserve(&x->dyc, (size_t)l->n * ohw * nb * sizeof(uint16_t), why, whylen));
@@ -333,16 +343,18 @@ static amp_status ensure_shape(amp_layer *al, const layer *l, char *why, size_t 
     } else {
         /* the weight gradient's operands per image: im2col columns, and
          * (NCHW) the gradient by channel */
+        /* (planned, a 1x1 convolution reads its input in place: none) */
+        const int direct = h->planned && amp_wgrad_direct(dims_of(l));
         const size_t per_image =
-            ((size_t)d.c * d.size * d.size + (h->planned ? 0 : (size_t)d.k)) * ohw *
-            sizeof(uint16_t);
+            ((direct ? 0 : (size_t)d.c * d.size * d.size) + (h->planned ? 0 : (size_t)d.k)) *
+            ohw * sizeof(uint16_t);
         c->wgrad_images = amp_wgrad_chunk(d.n, per_image, ohw, AMP_GPU_WGRAD_LIMIT);
         snprintf(c->detail, sizeof c->detail,
                  "cuDNN forward %s%s, backward-data %s%s, weight gradient cuBLAS float32 "
-                 "(%d images per GEMM); %sworkspace %.1f MiB",
+                 "(%d images per GEMM%s); %sworkspace %.1f MiB",
                  amp_cudnn_fwd_name(c->fwd), amp_cudnn_math_name(c->fwd_math),
                  amp_cudnn_bwd_data_name(c->bwd_data), amp_cudnn_math_name(c->bwd_data_math),
-                 c->wgrad_images,
+                 c->wgrad_images, direct ? ", its input read in place" : "",
                  h->planned ? "NHWC half tensors, algorithms measured (deterministic); " : "",
                  (double)c->ws_bytes / 1048576.0);
     }
@@ -413,7 +425,10 @@ static amp_status weight_gradient(amp_layer *al, const struct amp_cudnn_conv *c,
                                    l->out_h, l->out_w};
         const uint16_t *xb = in + (size_t)b0 * chw, *yb = dy + (size_t)b0 * l->n * ohw;
         uint16_t *col = x->col.p, *dyc = x->dyc.p;
-        if (nhwc) {
+        const int direct = nhwc && amp_wgrad_direct(d);
+        if (direct) {
+            /* (the input read in place below) */
+        } else if (nhwc) {
             AMP_GPU_RUN(al, AMP_PROF_CONVERT,
                         amp_cuda_im2col_half_nhwc(xb, d, l->c, col, 0, err, errlen));
         } else {
@@ -424,9 +439,12 @@ static amp_status weight_gradient(amp_layer *al, const struct amp_cudnn_conv *c,
         for (int j = 0; j < g; ++j) {
             /* the group's gradient: NHWC columns j ng.. of rows of n, else rows of k */
             const uint16_t *a = nhwc ? yb + (size_t)j * ng : dyc + (size_t)j * ng * k;
+            /* its columns: rows j cols.. of col, or (direct) columns j cg.. of the
+             * input's rows of c, not transposed */
+            const uint16_t *b = direct ? xb + (size_t)j * cg : col + (size_t)j * cols * k;
             AMP_GPU_RUN(al, AMP_PROF_KERNEL,
-                        amp_gpu_gemm_half(dtype, nhwc, 1, ng, cols, k, a, nhwc ? l->n : k,
-                                          col + (size_t)j * cols * k, k, 1,
+                        amp_gpu_gemm_half(dtype, nhwc, !direct, ng, cols, k, a, nhwc ? l->n : k,
+                                          b, direct ? l->c : k, 1,
                                           l->weight_updates_gpu + (size_t)j * ng * cols, cols,
                                           err, errlen));
         }

@@ -58,6 +58,15 @@ static AMP_HD inline long long amp_im2col_src2(amp_im2col_dims d, int row, int q
     return (((long long)b * d.c + ci) * d.h + iy) * d.w + ix;
 }
 
+/* A 1x1 convolution of stride 1 without padding reads each position's
+ * channels as they stand: its columns are the NHWC input itself, transposed
+ * (col[ch][q] = x[q][ch]), so that the weight gradient's GEMM reads x in
+ * place, rows of cs stored channels, and gathers nothing. */
+static AMP_HD inline int amp_wgrad_direct(amp_im2col_dims d)
+{
+    return d.size == 1 && d.stride == 1 && d.pad == 0;
+}
+
 /* The divisors of a column index (math/fastdiv.h), made once per launch:
  * the kernel that gathers from NHWC splits every column index with them. */
 typedef struct amp_im2col_divs {

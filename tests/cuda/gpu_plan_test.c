@@ -173,9 +173,34 @@ static int wgrad_case(int batch, int c, int h, int w, int n, int size, int strid
     CHECK(diff2 == 0,
           "the same from NHWC input (%d channels stored as %d) and gradient (the activation "
           "plan's): %d of %zu elements differ from the direct sum", c, cs, diff2, nw);
+    /* A 1x1 convolution of stride 1 without padding (amp_wgrad_direct): no
+     * columns gathered, the NHWC input read in place, not transposed, rows
+     * of cs stored channels (the padding never read) */
+    int diff3 = 0;
+    const amp_im2col_dims all = {batch, c, h, w, size, stride, pad, oh, ow};
+    if (amp_wgrad_direct(all)) {
+        memset(got, 0, nw * sizeof(float));
+        for (int b0 = 0; b0 < batch; b0 += chunk) {
+            const int nb = batch - b0 < chunk ? batch - b0 : chunk, k = nb * (int)ohw;
+            for (int j = 0; j < groups; ++j) {
+                /* half_conv.c's call: gemm(1, 0, ng, cols, k, dy_j, n, x_j, cs, 1, dW_j, cols) */
+                amp_gemm_call g = amp_gemm_colmajor(1, 0, ng, cols, k, n, cs, cols);
+                gemm_colmajor(g.trans_first, g.trans_second, g.m, g.n, g.k,
+                              xh + (size_t)b0 * cs * h * w + (size_t)j * cg, g.ld_first,
+                              dyh + (size_t)b0 * n * ohw + (size_t)j * ng, g.ld_second, part,
+                              g.ldc);
+                for (size_t e = 0; e < (size_t)ng * cols; ++e)
+                    got[(size_t)j * ng * cols + e] += part[e];
+            }
+        }
+        for (size_t i = 0; i < nw; ++i) diff3 += ref[i] != got[i];
+        CHECK(diff3 == 0, "the same read in place (a 1x1 convolution, %d channels stored as %d, "
+              "%d groups): %d of %zu elements differ from the direct sum", c, cs, groups, diff3,
+              nw);
+    }
     free(xh), free(dyh);
     free(x), free(dy), free(ref), free(got), free(col), free(dyc), free(part);
-    return diff + diff2;
+    return diff + diff2 + diff3;
 }
 
 int main(void)
@@ -187,6 +212,7 @@ int main(void)
     wgrad_case(4, 6, 5, 5, 4, 3, 1, 1, 2, 3);
     wgrad_case(5, 8, 4, 4, 8, 3, 1, 1, 8, 2); /* depthwise */
     wgrad_case(3, 5, 4, 6, 7, 1, 1, 0, 1, 1);
+    wgrad_case(4, 6, 3, 5, 4, 1, 1, 0, 2, 3); /* 1x1, grouped, read in place */
     wgrad_case(2, 3, 6, 6, 4, 2, 2, 0, 1, 2); /* darknet's 2x2 stride 2, rounded down */
 
     /* The NHWC index functions: a bijection onto [0, n), the flat NCHW

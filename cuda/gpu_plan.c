@@ -64,6 +64,15 @@ amp_gemm_call amp_gemm_colmajor(int ta, int tb, int m, int n, int k, int lda, in
     return g;
 }
 
+amp_yolo_kept amp_yolo_kept_of(int w, int h, int n, int classes, int batch)
+{
+    /* an anchor's block: x, y, w, h, objectness, classes, each w x h cells;
+     * darknet activates x, y and from objectness on */
+    const size_t wh = (size_t)w * h;
+    const amp_yolo_kept k = {2 * wh, 2 * wh, (4 + 1 + (size_t)classes) * wh, (size_t)n * batch};
+    return k;
+}
+
 int amp_wgrad_chunk(int batch, size_t per_image, size_t out_hw, size_t limit)
 {
     size_t nb = per_image ? limit / per_image : (size_t)batch;

@@ -44,6 +44,19 @@ amp_status amp_conv_dims_make(int batch, int c, int h, int w, int filters, int s
  * out_hw) within an int; at least 1. */
 int amp_wgrad_chunk(int batch, size_t per_image, size_t out_hw, size_t limit);
 
+/* A yolo layer's output on the device in three operations instead of two
+ * kernel launches per image and anchor (darknet's forward_yolo_layer_gpu):
+ * the input copied, the logistic over all of it (darknet's kernel), and the
+ * box sizes that darknet leaves unactivated copied back from the input as
+ * one 2-d copy of rows floats wide at offset first, pitch floats apart,
+ * rows times (a row per image and anchor). For w x h cells, n anchors,
+ * classes classes and batch images. */
+typedef struct amp_yolo_kept {
+    size_t first, width, pitch, rows;
+} amp_yolo_kept;
+
+amp_yolo_kept amp_yolo_kept_of(int w, int h, int n, int classes, int batch);
+
 /* One of cuDNN's ranked candidates (cudnnGet*Algorithm_v7 results). */
 typedef struct amp_algo_candidate {
     int algo;

@@ -134,14 +134,18 @@ static void yolo_forward(layer l, network net)
     const amp_layer *al = l.hook_data;
     amp_gpu_net *g = al ? gpu_of(al->owner) : NULL;
     const size_t n = (size_t)l.batch * l.outputs;
+    /* darknet's activation in three operations: its logistic kernel over
+     * the whole output, the box sizes copied back (amp_yolo_kept_of) */
     copy_gpu(l.batch * l.inputs, net.input_gpu, 1, l.output_gpu, 1);
-    for (int b = 0; b < l.batch; ++b)
-        for (int k = 0; k < l.n; ++k) {
-            const int at = b * l.outputs + k * l.w * l.h * (4 + l.classes + 1);
-            activate_array_gpu(l.output_gpu + at, 2 * l.w * l.h, LOGISTIC);
-            activate_array_gpu(l.output_gpu + at + 4 * l.w * l.h, (1 + l.classes) * l.w * l.h,
-                               LOGISTIC);
-        }
+    activate_array_gpu(l.output_gpu, l.batch * l.outputs, LOGISTIC);
+    const amp_yolo_kept kept = amp_yolo_kept_of(l.w, l.h, l.n, l.classes, l.batch);
+    const cudaError_t e = cudaMemcpy2DAsync(
+        l.output_gpu + kept.first, kept.pitch * sizeof(float), net.input_gpu + kept.first,
+        kept.pitch * sizeof(float), kept.width * sizeof(float), kept.rows,
+        cudaMemcpyDeviceToDevice, 0);
+    if (e != cudaSuccess && al) /* the step's failure, which stops training */
+        amp_net_fail(al->owner, AMP_ERR_DEVICE, "amp: GPU: yolo layer %d: its box sizes "
+                     "copied back: %s", al->index, cudaGetErrorString(e));
     if (!g || !yolo_staging(g, n)) { /* darknet's pageable staging */
         cuda_pull_array(l.output_gpu, net.input, l.batch * l.inputs);
         amp_yolo_forward(l, net, 0);

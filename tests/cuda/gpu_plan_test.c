@@ -215,6 +215,43 @@ int main(void)
     wgrad_case(4, 6, 3, 5, 4, 1, 1, 0, 2, 3); /* 1x1, grouped, read in place */
     wgrad_case(2, 3, 6, 6, 4, 2, 2, 0, 1, 2); /* darknet's 2x2 stride 2, rounded down */
 
+    /* A yolo layer's activation in three operations (amp_yolo_kept_of):
+     * every output element either activated by darknet's loop over images
+     * and anchors or in the block copied back from the input, never both */
+    {
+        const int shapes[][5] = {{13, 13, 3, 80, 2}, {5, 4, 3, 4, 3}, {1, 1, 1, 1, 1},
+                                 {26, 26, 3, 80, 1}, {7, 9, 5, 0, 2}};
+        for (int t = 0; t < 5; ++t) {
+            const int w = shapes[t][0], h = shapes[t][1], n = shapes[t][2];
+            const int classes = shapes[t][3], batch = shapes[t][4];
+            const int outputs = n * w * h * (4 + 1 + classes);
+            const size_t total = (size_t)outputs * batch;
+            unsigned char *mark = calloc(total, 1);
+            for (int b = 0; b < batch; ++b)
+                for (int k = 0; k < n; ++k) { /* darknet's forward_yolo_layer_gpu */
+                    const int at = b * outputs + k * w * h * (4 + classes + 1);
+                    for (int i = 0; i < 2 * w * h; ++i) mark[at + i] |= 1;
+                    for (int i = 0; i < (1 + classes) * w * h; ++i) mark[at + 4 * w * h + i] |= 1;
+                }
+            const amp_yolo_kept kp = amp_yolo_kept_of(w, h, n, classes, batch);
+            size_t outside = 0;
+            for (size_t r = 0; r < kp.rows; ++r)
+                for (size_t i = 0; i < kp.width; ++i) {
+                    const size_t at = kp.first + r * kp.pitch + i;
+                    if (at < total) mark[at] |= 2;
+                    else ++outside;
+                }
+            size_t bad = 0;
+            for (size_t i = 0; i < total; ++i) bad += mark[i] != 1 && mark[i] != 2;
+            CHECK(bad == 0 && outside == 0 && kp.rows * kp.pitch == total,
+                  "yolo %dx%d, %d anchors, %d classes, batch %d: the copy back (%zu rows of %zu "
+                  "at %zu, pitch %zu) and darknet's activated entries: %zu elements in neither "
+                  "or both, %zu outside", w, h, n, classes, batch, kp.rows, kp.width, kp.first,
+                  kp.pitch, bad, outside);
+            free(mark);
+        }
+    }
+
     /* The NHWC index functions: a bijection onto [0, n), the flat NCHW
      * index's element */
     {

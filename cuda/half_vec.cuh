@@ -29,13 +29,15 @@ static __device__ __forceinline__ void amp_store8(uint16_t *p, long i, const uin
 
 /* V values from p[i] (V = AMP_HALF_VEC: one access, p + i 16-byte aligned;
  * V = 1: one value). */
-template <int V> static __device__ __forceinline__ void amp_load_v(const uint16_t *p, long i, uint16_t *h)
+template <int V>
+static __device__ __forceinline__ void amp_load_v(const uint16_t *p, long i, uint16_t *h)
 {
     if (V == AMP_HALF_VEC) amp_load8(p, i, h);
     else for (int k = 0; k < V; ++k) h[k] = p[i + k];
 }
 
-template <int V> static __device__ __forceinline__ void amp_store_v(uint16_t *p, long i, const uint16_t *h)
+template <int V>
+static __device__ __forceinline__ void amp_store_v(uint16_t *p, long i, const uint16_t *h)
 {
     if (V == AMP_HALF_VEC) amp_store8(p, i, h);
     else for (int k = 0; k < V; ++k) p[i + k] = h[k];

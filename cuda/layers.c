@@ -143,9 +143,16 @@ static void yolo_forward(layer l, network net)
         l.output_gpu + kept.first, kept.pitch * sizeof(float), net.input_gpu + kept.first,
         kept.pitch * sizeof(float), kept.width * sizeof(float), kept.rows,
         cudaMemcpyDeviceToDevice, 0);
-    if (e != cudaSuccess && al) /* the step's failure, which stops training */
-        amp_net_fail(al->owner, AMP_ERR_DEVICE, "amp: GPU: yolo layer %d: its box sizes "
-                     "copied back: %s", al->index, cudaGetErrorString(e));
+    if (e != cudaSuccess) { /* the step's failure, which stops training */
+        (void)cudaGetLastError(); /* not darknet's next check_error's to exit on */
+        if (al)
+            amp_net_fail(al->owner, AMP_ERR_DEVICE, "amp: GPU: yolo layer %d: its box sizes "
+                         "copied back: %s", al->index, cudaGetErrorString(e));
+        else
+            fprintf(stderr, "amp: GPU: yolo layer: its box sizes copied back: %s\n",
+                    cudaGetErrorString(e));
+        return;
+    }
     if (!g || !yolo_staging(g, n)) { /* darknet's pageable staging */
         cuda_pull_array(l.output_gpu, net.input, l.batch * l.inputs);
         amp_yolo_forward(l, net, 0);

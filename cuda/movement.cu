@@ -124,8 +124,9 @@ static amp_status pool_fits(const amp_cuda_pool *p, char *err, size_t errlen)
     if ((long)p->batch * p->h * p->w * p->c < (long)AMP_FASTDIV_MAX &&
         (long)p->batch * p->out_h * p->out_w * p->c < (long)AMP_FASTDIV_MAX)
         return AMP_OK;
-    snprintf(err, errlen, "maxpool: %d images of %dx%dx%d: more than 2^31 values (darknet's int "
-                          "indexes)", p->batch, p->h, p->w, p->c);
+    snprintf(err, errlen, "maxpool: %d images of %dx%dx%d into %dx%dx%d: 2^31 values or more "
+                          "(darknet's int indexes)", p->batch, p->h, p->w, p->c, p->out_h,
+             p->out_w, p->c);
     return AMP_ERR_INVALID;
 }
 
@@ -336,6 +337,16 @@ static __global__ void shortcut_forward_kernel(const uint16_t *a, const uint16_t
     }
 }
 
+/* to[i .. i + V) = half(to + d), in float32, rounded once each. */
+template <int V>
+static __device__ __forceinline__ void add_into(uint16_t *to, long i, const float *d, int bf16)
+{
+    uint16_t h[V];
+    amp_load_v<V>(to, i, h);
+    for (int k = 0; k < V; ++k) h[k] = hr(hb(h[k], bf16) + d[k], bf16);
+    amp_store_v<V>(to, i, h);
+}
+
 template <int V>
 static __global__ void shortcut_backward_kernel(const uint16_t *delta, const uint16_t *y,
                                                 uint16_t *prev, uint16_t *other, long nv, int act,
@@ -343,7 +354,7 @@ static __global__ void shortcut_backward_kernel(const uint16_t *delta, const uin
 {
     GRID_LOOP(v, nv) {
         const long i = v * V;
-        uint16_t hd[V], hy[V], h[V];
+        uint16_t hd[V], hy[V];
         float d[V];
         amp_load_v<V>(delta, i, hd);
         if (act != AMP_ACT_LINEAR) amp_load_v<V>(y, i, hy);
@@ -351,13 +362,8 @@ static __global__ void shortcut_backward_kernel(const uint16_t *delta, const uin
             d[k] = hb(hd[k], bf16);
             if (act != AMP_ACT_LINEAR) d[k] *= amp_act_grad(hb(hy[k], bf16), 0.f, act);
         }
-        uint16_t *const to[2] = {prev, other};
-        for (int t = 0; t < 2; ++t) {
-            if (!to[t]) continue;
-            amp_load_v<V>(to[t], i, h);
-            for (int k = 0; k < V; ++k) h[k] = hr(hb(h[k], bf16) + d[k], bf16);
-            amp_store_v<V>(to[t], i, h);
-        }
+        if (prev) add_into<V>(prev, i, d, bf16);
+        if (other) add_into<V>(other, i, d, bf16); /* after prev's: prev may be other */
     }
 }
 

@@ -114,8 +114,10 @@ static __device__ __forceinline__ float bias_d(const tail_args &a, float x, floa
     return dh * amp_act_grad(y, pre, a.act);
 }
 
-/* V values from index i (V = TAIL_VEC: one 16-byte load, i a multiple of 8
- * and c too, so that they are channels ch .. ch + 7 of one position). */
+/* (amp_load_v / amp_store_v, half_vec.cuh: V = TAIL_VEC values from index
+ * i in one 16-byte access, i a multiple of 8 and c too, so that they are
+ * channels ch .. ch + 7 of one position.) */
+
 /* The sums' block shape: lanes threads across a position (each V channels;
  * at most 32 lanes, a tile of lanes V channels) by rows of positions. */
 static __host__ __device__ __forceinline__ int sums_lanes(int c, int v)

@@ -20,9 +20,14 @@
 #include <float.h>
 #include <stdio.h>
 
+static __device__ __forceinline__ float hb(uint16_t x, int bf16)
+{
+    return bf16 ? amp_bf16_to_f32(x) : amp_f16_to_f32(x);
+}
+
 static __device__ __forceinline__ float hv(const uint16_t *p, long i, int bf16)
 {
-    return bf16 ? amp_bf16_to_f32(p[i]) : amp_f16_to_f32(p[i]);
+    return hb(p[i], bf16);
 }
 
 static __device__ __forceinline__ uint16_t hr(float v, int bf16)
@@ -262,11 +267,6 @@ static int vec_ok(long n, const void *a, const void *b, const void *c, const voi
 {
     return n % AMP_HALF_VEC == 0 && (!a || amp_aligned16(a)) && (!b || amp_aligned16(b)) &&
            (!c || amp_aligned16(c)) && (!d || amp_aligned16(d));
-}
-
-static __device__ __forceinline__ float hb(uint16_t x, int bf16)
-{
-    return bf16 ? amp_bf16_to_f32(x) : amp_f16_to_f32(x);
 }
 
 /* The same where both are contiguous (ds = ss = cols): a flat copy or sum. */

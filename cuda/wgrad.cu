@@ -28,34 +28,55 @@ static __global__ void im2col_kernel(const uint16_t *x, amp_im2col_dims d, int r
         }
 }
 
-/* From NHWC: a block moves a tile of 32 channels by 32 columns (positions)
- * of one window position (blockIdx.z = ky size + kx) through shared memory,
- * reading each position's 32 channels side by side and writing each
- * channel's row of 32 columns, both coalesced (a thread per column would
- * read 2 bytes every cs values). */
-#define IM2COL_TILE 32
-#define IM2COL_ROWS 8
-static __global__ void im2col_nhwc_kernel(const uint16_t *x, amp_im2col_dims d,
-                                          amp_im2col_divs v, int cs, int cols, uint16_t *col)
+/* From NHWC: a block of 256 threads moves a tile of CT channels by 1024 / CT
+ * columns (positions) of one window position (blockIdx.z = ky size + kx)
+ * through shared memory, reading each position's CT channels side by side
+ * and writing each channel's row of columns side by side, both coalesced
+ * (a thread per column would read 2 bytes every cs values). CT is the
+ * smallest of 4, 8, 16 and 32 that holds the layer's channels, so that a
+ * first convolution's 3 channels fill most of the tile rather than 3 rows
+ * of 32: a tile of 32 there left 29 of 32 threads idle over 4 times as many
+ * blocks. A row of the tile is CT + 2 values, an odd number of 4-byte words,
+ * so that the column-wise reads hit 32 different banks. */
+#define IM2COL_THREADS 256
+#define IM2COL_ELEMS 1024
+template <int CT>
+static __global__ void __launch_bounds__(IM2COL_THREADS)
+    im2col_nhwc_kernel(const uint16_t *x, amp_im2col_dims d, amp_im2col_divs v, int cs, int cols,
+                       uint16_t *col)
 {
-    __shared__ uint16_t tile[IM2COL_TILE][IM2COL_TILE + 2];
+    constexpr int QT = IM2COL_ELEMS / CT, PITCH = CT + 2;
+    __shared__ uint16_t tile[QT * PITCH];
     const int kk = d.size * d.size, tap = blockIdx.z, ky = tap / d.size, kx = tap - ky * d.size;
-    const int c0 = blockIdx.y * IM2COL_TILE, q0 = blockIdx.x * IM2COL_TILE;
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    for (int k = ty; k < IM2COL_TILE; k += IM2COL_ROWS) { /* column q0 + k, channel c0 + tx */
-        const int q = q0 + k, ch = c0 + tx;
+    const int c0 = blockIdx.y * CT, q0 = blockIdx.x * QT;
+    for (int e = threadIdx.x; e < IM2COL_ELEMS; e += IM2COL_THREADS) { /* position-major */
+        const int qq = e / CT, cc = e % CT, q = q0 + qq, ch = c0 + cc;
         uint16_t val = 0;
         if (q < cols && ch < d.c) {
             const long long s = amp_im2col_nhwc_tap(d, v, cs, ch, ky, kx, q);
             if (s >= 0) val = x[s];
         }
-        tile[k][tx] = val;
+        tile[qq * PITCH + cc] = val;
     }
     __syncthreads();
-    for (int k = ty; k < IM2COL_TILE; k += IM2COL_ROWS) { /* channel c0 + k, column q0 + tx */
-        const int ch = c0 + k, q = q0 + tx;
-        if (ch < d.c && q < cols) col[((size_t)ch * kk + tap) * cols + q] = tile[tx][k];
+    for (int e = threadIdx.x; e < IM2COL_ELEMS; e += IM2COL_THREADS) { /* channel-major */
+        const int cc = e / QT, qq = e % QT, q = q0 + qq, ch = c0 + cc;
+        if (ch < d.c && q < cols) col[((size_t)ch * kk + tap) * cols + q] = tile[qq * PITCH + cc];
     }
+}
+
+/* The tile's channels for c channels (im2col_nhwc_kernel's CT). */
+static int im2col_channel_tile(int c)
+{
+    return c <= 4 ? 4 : c <= 8 ? 8 : c <= 16 ? 16 : 32;
+}
+
+template <int CT>
+static void launch_im2col_nhwc(dim3 grid, cudaStream_t stream, const uint16_t *x,
+                               amp_im2col_dims d, amp_im2col_divs v, int cs, int cols,
+                               uint16_t *col)
+{
+    im2col_nhwc_kernel<CT><<<grid, IM2COL_THREADS, 0, stream>>>(x, d, v, cs, cols, col);
 }
 
 static __global__ void to_cnhw_kernel(const uint16_t *x, int k, int hw, int cols, uint16_t *y)
@@ -80,16 +101,21 @@ extern "C" amp_status amp_cuda_im2col_half_nhwc(const uint16_t *x, amp_im2col_di
 {
     const int cols = d.nb * d.out_h * d.out_w, taps = d.size * d.size;
     if (d.c <= 0 || taps <= 0 || cols <= 0) return AMP_OK;
-    const int ctiles = (d.c + IM2COL_TILE - 1) / IM2COL_TILE;
+    const int ct = im2col_channel_tile(d.c), ctiles = (d.c + ct - 1) / ct;
     if (ctiles > 65535 || taps > 65535) {
         snprintf(err, errlen, "wgrad.cu: a %dx%d window over %d channels: more than 65535 tiles",
                  d.size, d.size, d.c);
         return AMP_ERR_INVALID;
     }
-    const dim3 grid((unsigned)(((long)cols + IM2COL_TILE - 1) / IM2COL_TILE), (unsigned)ctiles,
-                    (unsigned)taps);
-    im2col_nhwc_kernel<<<grid, dim3(IM2COL_TILE, IM2COL_ROWS), 0, stream>>>(
-        x, d, amp_im2col_divs_of(d), c_stored, cols, col);
+    const int qt = IM2COL_ELEMS / ct;
+    const dim3 grid((unsigned)((cols + qt - 1) / qt), (unsigned)ctiles, (unsigned)taps);
+    const amp_im2col_divs v = amp_im2col_divs_of(d);
+    switch (ct) {
+    case 4: launch_im2col_nhwc<4>(grid, stream, x, d, v, c_stored, cols, col); break;
+    case 8: launch_im2col_nhwc<8>(grid, stream, x, d, v, c_stored, cols, col); break;
+    case 16: launch_im2col_nhwc<16>(grid, stream, x, d, v, c_stored, cols, col); break;
+    default: launch_im2col_nhwc<32>(grid, stream, x, d, v, c_stored, cols, col);
+    }
     return AMP_CUDA_LAUNCHED(err, errlen);
 }
 

@@ -28,12 +28,12 @@ static amp_comm comm;
 static int state; /* 0: not tried, 1: alone, 2: a group, -1: failed */
 static char failure[AMP_MSG_LEN];
 
+#ifdef AMP_HAVE_MPI
 static void finalize_at_exit(void)
 {
     if (state == 2 && comm.finalize) comm.finalize();
 }
 
-#ifdef AMP_HAVE_MPI
 /* The module in <program's directory>/../lib/darknet-amp/ (an installed
  * prefix, or the build tree), else where it was built. */
 static const char *module_beside_program(char *buf, size_t n)

@@ -407,9 +407,12 @@ static size_t differ(const std::vector<uint16_t> &a, const std::vector<uint16_t>
 static void maxpools(void)
 {
     /* darknet's shapes: 2x2/2 (yolov3-tiny), 2x2/1 (its 13x13 one, padded),
-     * 5/9/13 stride 1 (yolov4's SPP), 3x3/2 overlapping and a short edge */
+     * 5/9/13 stride 1 (yolov4's SPP), 3x3/2 overlapping and a short edge;
+     * windows that do not overlap (2x2/2, 3x3/3) take a kernel of their own,
+     * an odd edge among them */
     const int shapes[][5] = {{16, 16, 2, 2, 1}, {13, 13, 2, 1, 1}, {13, 13, 5, 1, 4},
-                             {13, 13, 9, 1, 8}, {15, 11, 3, 2, 2}, {7, 9, 3, 2, 0}};
+                             {13, 13, 9, 1, 8}, {15, 11, 3, 2, 2}, {7, 9, 3, 2, 0},
+                             {13, 15, 2, 2, 1}, {12, 12, 3, 3, 0}};
     for (int bf = 0; bf < 2; ++bf)
         for (const auto &sh : shapes) {
             const amp_dtype dt = bf ? AMP_DTYPE_BFLOAT16 : AMP_DTYPE_FLOAT16;
@@ -542,10 +545,18 @@ static void upsample_route_shortcut(void)
  * checks on the host against a direct sum. */
 static void im2col_nhwc(void)
 {
-    const amp_im2col_dims dims[] = {{3, 5, 9, 7, 3, 1, 1, 9, 7}, {2, 8, 10, 9, 3, 2, 1, 5, 5},
-                                    {2, 16, 6, 6, 1, 1, 0, 6, 6}};
-    for (const amp_im2col_dims &d : dims) {
-        const int cs = d.c == 5 ? 8 : d.c; /* one input padded, as the image is */
+    /* every channel tile (4, 8, 16, 32), a layer's channels over several
+     * tiles, and inputs padded as the image is (3 channels stored as 4 or 8) */
+    const struct {
+        amp_im2col_dims d;
+        int cs;
+    } cases[] = {{{3, 5, 9, 7, 3, 1, 1, 9, 7}, 8},     {{2, 8, 10, 9, 3, 2, 1, 5, 5}, 8},
+                 {{2, 16, 6, 6, 1, 1, 0, 6, 6}, 16},   {{2, 3, 12, 11, 3, 1, 1, 12, 11}, 4},
+                 {{2, 3, 13, 13, 3, 2, 1, 7, 7}, 8},   {{2, 1, 9, 9, 3, 1, 1, 9, 9}, 1},
+                 {{1, 40, 7, 6, 3, 1, 1, 7, 6}, 40},   {{1, 70, 5, 5, 3, 2, 1, 3, 3}, 72}};
+    for (const auto &cse : cases) {
+        const amp_im2col_dims d = cse.d;
+        const int cs = cse.cs;
         const size_t nx = (size_t)d.nb * cs * d.h * d.w, ncol = amp_im2col_elems(d);
         std::vector<uint16_t> x(nx);
         for (size_t i = 0; i < nx; ++i) x[i] = (uint16_t)(i * 2654435761u >> 7);

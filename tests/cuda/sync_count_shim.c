@@ -3,9 +3,11 @@
  * cudaFree) and forwards each to the real runtime. At exit it writes
  * "name count" lines to $SYNC_COUNT_OUT; sync_count_total() gives the total so
  * far to a program that asks (train_driver --time). It also counts
- * cudaMallocHost (a "#" line, outside the total) and, with
- * SYNC_SHIM_REFUSE_PINNED set, refuses it as a host short of page-locked
- * memory would (gpu_train.sh pinned). */
+ * cudaMallocHost on two "#" lines, outside the total: every request, and
+ * those of 1 KiB or more (the yolo staging's are; the backend's few-byte
+ * scaler mirror is not). With SYNC_SHIM_REFUSE_PINNED set it refuses the
+ * latter as a host short of page-locked memory would, and grants the small
+ * ones as such a host still would (gpu_train.sh pinned). */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -49,14 +51,17 @@ cudaError_t cudaFree(void *p)
     FORWARD(cudaFree, p);
 }
 
-static unsigned long n_hostalloc;
+static unsigned long n_hostalloc, n_hostalloc_large;
 
 cudaError_t cudaMallocHost(void **p, size_t size)
 {
     n_hostalloc++;
-    if (getenv("SYNC_SHIM_REFUSE_PINNED")) {
-        *p = NULL;
-        return cudaErrorMemoryAllocation;
+    if (size >= 1024) {
+        n_hostalloc_large++;
+        if (getenv("SYNC_SHIM_REFUSE_PINNED")) {
+            *p = NULL;
+            return cudaErrorMemoryAllocation;
+        }
     }
     FORWARD(cudaMallocHost, p, size);
 }
@@ -73,7 +78,7 @@ __attribute__((destructor)) static void report(void)
     FILE *f = path ? fopen(path, "w") : NULL;
     if (!f) return;
     fprintf(f, "cudaDeviceSynchronize %lu\ncudaStreamSynchronize %lu\ncudaEventSynchronize %lu\n"
-               "cudaMemcpy %lu\ncudaFree %lu\n#cudaMallocHost %lu\n", n_device, n_stream, n_event,
-            n_memcpy, n_free, n_hostalloc);
+               "cudaMemcpy %lu\ncudaFree %lu\n#cudaMallocHost %lu\n#cudaMallocHost-1KiB %lu\n",
+            n_device, n_stream, n_event, n_memcpy, n_free, n_hostalloc, n_hostalloc_large);
     fclose(f);
 }

@@ -7,63 +7,69 @@
  * functions (math/half_format.h, math/nhwc.h): bit for bit alike, which
  * gpu.plan_kernels checks.
  *
- * A transpose through shared memory: a block moves a tile of 32 channels by
- * 32 positions of one image, reading rows of 32 positions of the NCHW array
- * and writing rows of 32 channels of the NHWC one, both coalesced. */
+ * A transpose through shared memory: a block of 256 threads moves a tile of
+ * CT channels by 1024 / CT positions of one image, reading rows of positions
+ * of the NCHW array and rows of CT channels of the NHWC one, both coalesced.
+ * CT is the smallest of 4, 8, 16 and 32 that holds the channels: the
+ * image's 3 fill most of a tile rather than 3 rows of 32 (a tile of 32 left
+ * 29 of 32 threads idle over 8 times as many blocks). */
 #include "amp_cuda.h"
 #include "cuda_check.h"
 #include "math/half_format.h"
 #include "math/nhwc.h"
 
-#define NHWC_TILE 32
-#define NHWC_ROWS 8
+#define NHWC_THREADS 256
+#define NHWC_ELEMS 1024
 
 enum { TO_HALF, FROM_HALF, ADD_INTO_HALF };
 
 /* f: the NCHW float32 array (c channels); h: the NHWC half tensor (cs
- * channels, cs >= c: those from c on are padding, zero in TO_HALF). */
-static __global__ void nhwc_kernel(int op, int bf16, const float *f_in, float *f_out,
-                                   uint16_t *h, int c, int cs, long hw)
+ * channels, cs >= c: those from c on are padding, zero in TO_HALF). A tile
+ * row is CT + 1 floats, so that the position-wise pass hits 32 banks. */
+template <int CT>
+static __global__ void __launch_bounds__(NHWC_THREADS)
+    nhwc_kernel(int op, int bf16, const float *f_in, float *f_out, uint16_t *h, int c, int cs,
+                long hw)
 {
-    __shared__ float tile[NHWC_TILE][NHWC_TILE + 1];
-    const long b = blockIdx.z;
-    const int c0 = blockIdx.y * NHWC_TILE;
-    const long p0 = (long)blockIdx.x * NHWC_TILE;
-    const int tx = threadIdx.x, ty = threadIdx.y;
+    constexpr int PT = NHWC_ELEMS / CT, PITCH = CT + 1;
+    __shared__ float tile[PT * PITCH];
+    const long b = blockIdx.z, p0 = (long)blockIdx.x * PT;
+    const int c0 = blockIdx.y * CT;
     if (op == FROM_HALF) {
-        /* read channels along x from the half tensor, write positions along x */
-        for (int k = ty; k < NHWC_TILE; k += NHWC_ROWS) {
-            const long p = p0 + k;
-            const int ch = c0 + tx;
+        /* read each position's channels side by side from the half tensor,
+         * write each channel's positions side by side */
+        for (int e = threadIdx.x; e < NHWC_ELEMS; e += NHWC_THREADS) {
+            const int pp = e / CT, cc = e % CT, ch = c0 + cc;
+            const long p = p0 + pp;
             float v = 0.f;
             if (p < hw && ch < c) {
                 const uint16_t x = h[amp_nhwc_at(b, ch, p, cs, hw)];
                 v = bf16 ? amp_bf16_to_f32(x) : amp_f16_to_f32(x);
             }
-            tile[k][tx] = v;
+            tile[pp * PITCH + cc] = v;
         }
         __syncthreads();
-        for (int k = ty; k < NHWC_TILE; k += NHWC_ROWS) {
-            const int ch = c0 + k;
-            const long p = p0 + tx;
-            if (p < hw && ch < c) f_out[amp_nchw_at(b, ch, p, c, hw)] = tile[tx][k];
+        for (int e = threadIdx.x; e < NHWC_ELEMS; e += NHWC_THREADS) {
+            const int cc = e / PT, pp = e % PT, ch = c0 + cc;
+            const long p = p0 + pp;
+            if (p < hw && ch < c) f_out[amp_nchw_at(b, ch, p, c, hw)] = tile[pp * PITCH + cc];
         }
         return;
     }
-    /* TO_HALF, ADD_INTO_HALF: read positions along x from the float32
-     * array, write channels along x */
-    for (int k = ty; k < NHWC_TILE; k += NHWC_ROWS) {
-        const int ch = c0 + k;
-        const long p = p0 + tx;
-        tile[k][tx] = p < hw && ch < c ? f_in[amp_nchw_at(b, ch, p, c, hw)] : 0.f;
+    /* TO_HALF, ADD_INTO_HALF: read each channel's positions side by side from
+     * the float32 array, write each position's channels side by side */
+    for (int e = threadIdx.x; e < NHWC_ELEMS; e += NHWC_THREADS) {
+        const int cc = e / PT, pp = e % PT, ch = c0 + cc;
+        const long p = p0 + pp;
+        tile[pp * PITCH + cc] = p < hw && ch < c ? f_in[amp_nchw_at(b, ch, p, c, hw)] : 0.f;
     }
     __syncthreads();
-    for (int k = ty; k < NHWC_TILE; k += NHWC_ROWS) {
-        const long p = p0 + k;
-        const int ch = c0 + tx;
+    for (int e = threadIdx.x; e < NHWC_ELEMS; e += NHWC_THREADS) {
+        const int pp = e / CT, cc = e % CT, ch = c0 + cc;
+        const long p = p0 + pp;
         if (p >= hw || ch >= cs) continue;
         uint16_t *at = h + amp_nhwc_at(b, ch, p, cs, hw);
-        float v = tile[tx][k];
+        float v = tile[pp * PITCH + cc];
         if (op == ADD_INTO_HALF) {
             if (ch >= c) continue; /* padding stays as it is */
             v = (bf16 ? amp_bf16_to_f32(*at) : amp_f16_to_f32(*at)) + v;
@@ -72,22 +78,34 @@ static __global__ void nhwc_kernel(int op, int bf16, const float *f_in, float *f
     }
 }
 
+template <int CT>
+static void launch_nhwc(dim3 grid, cudaStream_t stream, int op, int bf16, const float *f_in,
+                        float *f_out, uint16_t *h, int c, int cs, long hw)
+{
+    nhwc_kernel<CT><<<grid, NHWC_THREADS, 0, stream>>>(op, bf16, f_in, f_out, h, c, cs, hw);
+}
+
 static amp_status launch(int op, amp_dtype dtype, const float *f_in, float *f_out, uint16_t *h,
                          int batch, int c, int cs, long hw, cudaStream_t stream, char *err,
                          size_t errlen)
 {
     if (batch <= 0 || c <= 0 || hw <= 0) return AMP_OK;
-    if (cs < c || batch > 65535 || (cs + NHWC_TILE - 1) / NHWC_TILE > 65535) {
+    const int moved = op == TO_HALF ? cs : c; /* the channels a tile covers */
+    const int ct = moved <= 4 ? 4 : moved <= 8 ? 8 : moved <= 16 ? 16 : 32;
+    const long ptiles = (hw + NHWC_ELEMS / ct - 1) / (NHWC_ELEMS / ct);
+    if (cs < c || batch > 65535 || (moved + ct - 1) / ct > 65535 || ptiles > 0x7fffffffL) {
         snprintf(err, errlen, "nhwc.cu: %d images of %d channels (stored %d) by %ld positions: "
                               "not a shape the conversion takes", batch, c, cs, hw);
         return AMP_ERR_INVALID;
     }
-    const dim3 block(NHWC_TILE, NHWC_ROWS);
-    const dim3 grid((unsigned)((hw + NHWC_TILE - 1) / NHWC_TILE),
-                    (unsigned)(((op == TO_HALF ? cs : c) + NHWC_TILE - 1) / NHWC_TILE),
-                    (unsigned)batch);
-    nhwc_kernel<<<grid, block, 0, stream>>>(op, dtype == AMP_DTYPE_BFLOAT16, f_in, f_out, h, c,
-                                            cs, hw);
+    const dim3 grid((unsigned)ptiles, (unsigned)((moved + ct - 1) / ct), (unsigned)batch);
+    const int bf16 = dtype == AMP_DTYPE_BFLOAT16;
+    switch (ct) {
+    case 4: launch_nhwc<4>(grid, stream, op, bf16, f_in, f_out, h, c, cs, hw); break;
+    case 8: launch_nhwc<8>(grid, stream, op, bf16, f_in, f_out, h, c, cs, hw); break;
+    case 16: launch_nhwc<16>(grid, stream, op, bf16, f_in, f_out, h, c, cs, hw); break;
+    default: launch_nhwc<32>(grid, stream, op, bf16, f_in, f_out, h, c, cs, hw);
+    }
     return AMP_CUDA_LAUNCHED(err, errlen);
 }
 

@@ -102,67 +102,74 @@ static float any_value(int i)
 
 static void conversions(void)
 {
-    const int batch = 3, c = 5, cs = 8, hw = 37 * 29; /* hw not a multiple of the tile */
-    const size_t n = (size_t)batch * c * hw, ns = (size_t)batch * cs * hw;
-    for (int bf = 0; bf < 2; ++bf) {
-        const amp_dtype dt = bf ? AMP_DTYPE_BFLOAT16 : AMP_DTYPE_FLOAT16;
-        const char *name = bf ? "bfloat16" : "float16";
-        std::vector<float> x(n);
-        for (size_t i = 0; i < n; ++i) x[i] = any_value((int)i);
-        /* to half, padded to cs channels: the CPU's of c channels, spread */
-        std::vector<uint16_t> ref(n);
-        host_to_half_nhwc(bf, x.data(), ref.data(), batch, c, hw);
-        dvec<float> dx(x);
-        std::vector<uint16_t> junk(ns, 0x1234);
-        dvec<uint16_t> dh(junk);
-        LAUNCH(amp_cuda_to_half_nhwc(dx.p, dh.p, batch, c, cs, hw, dt, 0, ERR));
-        std::vector<uint16_t> got = dh.get();
-        size_t bad = 0, pad_bad = 0;
-        for (size_t p = 0; p < (size_t)batch * hw; ++p)
-            for (int ch = 0; ch < cs; ++ch) {
-                const uint16_t g = got[p * cs + ch];
-                if (ch < c) bad += g != ref[p * c + ch];
-                else pad_bad += g != 0;
-            }
-        CHECK(bad == 0 && pad_bad == 0,
-              "%s: NCHW float32 into NHWC half, %d images of %d channels stored as %d by %d "
-              "positions: %zu of %zu values differ from round.c's, %zu padding values not zero",
-              name, batch, c, cs, hw, bad, n, pad_bad);
-        /* back to float32, every 16-bit pattern among the values */
-        std::vector<uint16_t> hs(ns);
-        for (size_t i = 0; i < ns; ++i) hs[i] = (uint16_t)(i * 40503u);
-        std::vector<uint16_t> packed(n); /* the first c channels, for the CPU's */
-        for (size_t p = 0; p < (size_t)batch * hw; ++p)
-            for (int ch = 0; ch < c; ++ch) packed[p * c + ch] = hs[p * cs + ch];
-        std::vector<float> fref(n);
-        host_from_half_nhwc(bf, packed.data(), fref.data(), batch, c, hw);
-        dvec<uint16_t> dhs(hs);
-        dvec<float> df(n);
-        LAUNCH(amp_cuda_from_half_nhwc(dhs.p, df.p, batch, c, cs, hw, dt, 0, ERR));
-        std::vector<float> fgot = df.get();
-        bad = (size_t)0;
-        for (size_t i = 0; i < n; ++i) bad += memcmp(&fgot[i], &fref[i], 4) != 0;
-        CHECK(bad == 0, "%s: NHWC half (%d stored channels) into NCHW float32: %zu of %zu values "
-                        "differ from round.c's, bit for bit", name, cs, bad, n);
-        /* added into half */
-        std::vector<float> add(n);
-        for (size_t i = 0; i < n; ++i) add[i] = i % 7 ? normal() : any_value((int)i);
-        host_add_half_nhwc(bf, packed.data(), add.data(), batch, c, hw);
-        dvec<float> dadd(add);
-        LAUNCH(amp_cuda_add_into_half_nhwc(dhs.p, dadd.p, batch, c, cs, hw, dt, 0, ERR));
-        got = dhs.get();
-        bad = 0, pad_bad = 0;
-        for (size_t p = 0; p < (size_t)batch * hw; ++p)
-            for (int ch = 0; ch < cs; ++ch) {
-                const uint16_t g = got[p * cs + ch];
-                /* a NaN sum's payload is the hardware's (the GPU's is canonical) */
-                const int both_nan = isnan(from_half(bf, g)) && isnan(from_half(bf, packed[p * c + ch]));
-                if (ch < c) bad += g != packed[p * c + ch] && !both_nan;
-                else pad_bad += g != hs[p * cs + ch];
-            }
-        CHECK(bad == 0 && pad_bad == 0,
-              "%s: NCHW float32 added into NHWC half: %zu of %zu values differ from round.c's, "
-              "%zu padding values changed", name, bad, n, pad_bad);
+    /* every channel tile (4, 8, 16, 32), channels over several tiles, the
+     * image's 3 channels stored as 3, 4 and 8; hw not a multiple of a tile */
+    const int shapes[][4] = {{3, 5, 8, 37 * 29}, {2, 3, 3, 41 * 13}, {2, 3, 4, 19 * 23},
+                             {1, 16, 16, 300}, {1, 40, 40, 77}, {2, 70, 72, 45}};
+    for (int sh = 0; sh < (int)(sizeof shapes / sizeof shapes[0]); ++sh) {
+        for (int bf = 0; bf < 2; ++bf) {
+            const int batch = shapes[sh][0], c = shapes[sh][1], cs = shapes[sh][2];
+            const int hw = shapes[sh][3];
+            const size_t n = (size_t)batch * c * hw, ns = (size_t)batch * cs * hw;
+            const amp_dtype dt = bf ? AMP_DTYPE_BFLOAT16 : AMP_DTYPE_FLOAT16;
+            const char *name = bf ? "bfloat16" : "float16";
+            std::vector<float> x(n);
+            for (size_t i = 0; i < n; ++i) x[i] = any_value((int)i);
+            /* to half, padded to cs channels: the CPU's of c channels, spread */
+            std::vector<uint16_t> ref(n);
+            host_to_half_nhwc(bf, x.data(), ref.data(), batch, c, hw);
+            dvec<float> dx(x);
+            std::vector<uint16_t> junk(ns, 0x1234);
+            dvec<uint16_t> dh(junk);
+            LAUNCH(amp_cuda_to_half_nhwc(dx.p, dh.p, batch, c, cs, hw, dt, 0, ERR));
+            std::vector<uint16_t> got = dh.get();
+            size_t bad = 0, pad_bad = 0;
+            for (size_t p = 0; p < (size_t)batch * hw; ++p)
+                for (int ch = 0; ch < cs; ++ch) {
+                    const uint16_t g = got[p * cs + ch];
+                    if (ch < c) bad += g != ref[p * c + ch];
+                    else pad_bad += g != 0;
+                }
+            CHECK(bad == 0 && pad_bad == 0,
+                  "%s: NCHW float32 into NHWC half, %d images of %d channels stored as %d by %d "
+                  "positions: %zu of %zu values differ from round.c's, %zu padding values not zero",
+                  name, batch, c, cs, hw, bad, n, pad_bad);
+            /* back to float32, every 16-bit pattern among the values */
+            std::vector<uint16_t> hs(ns);
+            for (size_t i = 0; i < ns; ++i) hs[i] = (uint16_t)(i * 40503u);
+            std::vector<uint16_t> packed(n); /* the first c channels, for the CPU's */
+            for (size_t p = 0; p < (size_t)batch * hw; ++p)
+                for (int ch = 0; ch < c; ++ch) packed[p * c + ch] = hs[p * cs + ch];
+            std::vector<float> fref(n);
+            host_from_half_nhwc(bf, packed.data(), fref.data(), batch, c, hw);
+            dvec<uint16_t> dhs(hs);
+            dvec<float> df(n);
+            LAUNCH(amp_cuda_from_half_nhwc(dhs.p, df.p, batch, c, cs, hw, dt, 0, ERR));
+            std::vector<float> fgot = df.get();
+            bad = (size_t)0;
+            for (size_t i = 0; i < n; ++i) bad += memcmp(&fgot[i], &fref[i], 4) != 0;
+            CHECK(bad == 0, "%s: NHWC half (%d stored channels) into NCHW float32: %zu of %zu values "
+                            "differ from round.c's, bit for bit", name, cs, bad, n);
+            /* added into half */
+            std::vector<float> add(n);
+            for (size_t i = 0; i < n; ++i) add[i] = i % 7 ? normal() : any_value((int)i);
+            host_add_half_nhwc(bf, packed.data(), add.data(), batch, c, hw);
+            dvec<float> dadd(add);
+            LAUNCH(amp_cuda_add_into_half_nhwc(dhs.p, dadd.p, batch, c, cs, hw, dt, 0, ERR));
+            got = dhs.get();
+            bad = 0, pad_bad = 0;
+            for (size_t p = 0; p < (size_t)batch * hw; ++p)
+                for (int ch = 0; ch < cs; ++ch) {
+                    const uint16_t g = got[p * cs + ch];
+                    /* a NaN sum's payload is the hardware's (the GPU's is canonical) */
+                    const int both_nan = isnan(from_half(bf, g)) && isnan(from_half(bf, packed[p * c + ch]));
+                    if (ch < c) bad += g != packed[p * c + ch] && !both_nan;
+                    else pad_bad += g != hs[p * cs + ch];
+                }
+            CHECK(bad == 0 && pad_bad == 0,
+                  "%s: NCHW float32 added into NHWC half: %zu of %zu values differ from round.c's, "
+                  "%zu padding values changed", name, bad, n, pad_bad);
+        }
     }
 }
 

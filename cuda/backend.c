@@ -368,16 +368,16 @@ static amp_status net_init(amp_net *an, char *err, size_t errlen)
                         "weight gradient in float32) or cudnn (cuDNN's, in half)",
                         wg);
     g->half->wgrad_cudnn = wg && !strcmp(wg, "cudnn");
-    /* DARKNET_AMP_GPU_PLAN=half: the activation plan on the device
-     * (activations.c); float32 (the default for now) keeps every tensor
-     * between layers in darknet's float32 arrays */
+    /* The activation plan on the device (activations.c), unless
+     * DARKNET_AMP_GPU_PLAN=float32 keeps every tensor between layers in
+     * darknet's float32 arrays (the GPU path before the plan) */
     const char *pl = getenv("DARKNET_AMP_GPU_PLAN");
     AMP_RETURN_ERROR_IF(pl && *pl && strcmp(pl, "half") && strcmp(pl, "float32"), AMP_ERR_INVALID,
                         err, errlen,
-                        "amp: DARKNET_AMP_GPU_PLAN=%.32s: expected half (the activation plan on "
-                        "the GPU) or float32 (the default: float32 tensors between layers)",
+                        "amp: DARKNET_AMP_GPU_PLAN=%.32s: expected half (the default: the "
+                        "activation plan on the GPU) or float32 (float32 tensors between layers)",
                         pl);
-    g->half->plan = pl && !strcmp(pl, "half");
+    g->half->plan = !(pl && !strcmp(pl, "float32"));
     if (an->env.profile) g->prof = amp_gpu_prof_new(); /* NULL: not timed */
     if (an->comm) { /* data-parallel: NCCL's communicator, its id from rank 0 over MPI */
 #ifdef AMP_HAVE_NCCL

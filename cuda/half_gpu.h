@@ -49,7 +49,7 @@ typedef struct amp_gpu_half_ctx {
     amp_gpu_scratch dyc; /* half: its incoming gradient by channel (wgrad_index.h) */
     int wgrad_cudnn;     /* DARKNET_AMP_GPU_WGRAD=cudnn: cuDNN's half backward-filter, scaled
                             (a measurement of the alternative; half_conv.c) */
-    int plan;            /* DARKNET_AMP_GPU_PLAN=half: the activation plan on the device
+    int plan;            /* the activation plan on the device (DARKNET_AMP_GPU_PLAN unset or half)
                             (activations.c) */
     amp_gpu_scratch tw;  /* float32: the half tail's channel sums (tail.cu) */
     int own_deltas;      /* each half delta its own storage, not the shared pool (the

@@ -1,5 +1,5 @@
 /* The activation plan on the GPU (plan.c decides it, the same way on every
- * device; this carries it out), with DARKNET_AMP_GPU_PLAN=half: the tensors
+ * device; this carries it out; DARKNET_AMP_GPU_PLAN=float32 turns it off): the tensors
  * the plan keeps in half are NHWC arrays of 16-bit patterns of the half
  * dtype on the device, the layout cuDNN's half convolutions run fastest in
  * (docs/gpu.md has the measurement), and darknet's float32 arrays for them

@@ -371,13 +371,9 @@ static amp_status net_init(amp_net *an, char *err, size_t errlen)
     /* The activation plan on the device (activations.c), unless
      * DARKNET_AMP_GPU_PLAN=float32 keeps every tensor between layers in
      * darknet's float32 arrays (the GPU path before the plan) */
-    const char *pl = getenv("DARKNET_AMP_GPU_PLAN");
-    AMP_RETURN_ERROR_IF(pl && *pl && strcmp(pl, "half") && strcmp(pl, "float32"), AMP_ERR_INVALID,
-                        err, errlen,
-                        "amp: DARKNET_AMP_GPU_PLAN=%.32s: expected half (the default: the "
-                        "activation plan on the GPU) or float32 (float32 tensors between layers)",
-                        pl);
-    g->half->plan = !(pl && !strcmp(pl, "float32"));
+    AMP_FORWARD_IF_ERROR(
+        amp_gpu_plan_setting(getenv("DARKNET_AMP_GPU_PLAN"), &g->half->plan, err, errlen));
+    if (!g->half->plan) an->plan_off = "DARKNET_AMP_GPU_PLAN=float32";
     if (an->env.profile) g->prof = amp_gpu_prof_new(); /* NULL: not timed */
     if (an->comm) { /* data-parallel: NCCL's communicator, its id from rank 0 over MPI */
 #ifdef AMP_HAVE_NCCL
@@ -460,7 +456,7 @@ static void memory(const amp_net *an, double *copies, double *workspaces)
  * sub-layers are connected (rnn, gru, lstm; not crnn's convolutions). No
  * half form for locally connected layers. The data-movement kinds' half
  * forms (maxpool, route, upsample, shortcut) run only under the activation
- * plan, which DARKNET_AMP_GPU_PLAN=half turns on (activations.c): here they
+ * plan (activations.c; the default, DARKNET_AMP_GPU_PLAN=float32 turns it off): here they
  * are not offered, so the kinds' table tests them in float32. */
 static int supports(const amp_layer_kind *k, amp_dtype dtype)
 {

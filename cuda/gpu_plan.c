@@ -3,6 +3,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 static int fits_int(long long a, long long b, long long c, long long d)
 {
@@ -110,4 +111,20 @@ int amp_algo_pick_deterministic(const amp_algo_candidate *c, int n, size_t limit
     for (int i = 0; i < n; ++i)
         if (c[i].ok && c[i].deterministic && c[i].memory <= limit) return i;
     return amp_algo_pick(c, n, limit);
+}
+
+amp_status amp_gpu_plan_setting(const char *value, int *plan, char *err, size_t errlen)
+{
+    if (!value || !*value || !strcmp(value, "half")) {
+        *plan = 1;
+        return AMP_OK;
+    }
+    if (!strcmp(value, "float32")) {
+        *plan = 0;
+        return AMP_OK;
+    }
+    snprintf(err, errlen, "amp: DARKNET_AMP_GPU_PLAN=%.32s: expected half (the default: the "
+                          "activation plan on the GPU) or float32 (float32 tensors between layers)",
+             value);
+    return AMP_ERR_INVALID;
 }

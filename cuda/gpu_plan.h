@@ -119,4 +119,10 @@ typedef struct amp_gpu_storage {
 } amp_gpu_storage;
 amp_gpu_storage amp_gpu_storage_of(const amp_gpu_layer_plan *p);
 
+/* DARKNET_AMP_GPU_PLAN's value (NULL: unset): *plan 1 for the activation
+ * plan on the device (unset, empty or "half": the default), 0 for "float32"
+ * (every tensor between layers in darknet's float32 arrays). AMP_OK, or
+ * AMP_ERR_INVALID naming the value for anything else. */
+amp_status amp_gpu_plan_setting(const char *value, int *plan, char *err, size_t errlen);
+
 #endif

@@ -200,7 +200,7 @@ amp_status amp_cuda_layer_fallback(amp_layer *al, layer *l, amp_gpu_half_ctx *ct
 int amp_cuda_nonfinite_output(amp_net *an, int last, amp_overflow_scan *scan, int *params_finite);
 
 /* activations.c: the activation plan on the device (backend.h's activations
- * and activations_release; DARKNET_AMP_GPU_PLAN=half): the io a layer offers
+ * and activations_release; off with DARKNET_AMP_GPU_PLAN=float32): the io a layer offers
  * the plan, the half delta of layer i's output (NULL: float32, or none),
  * the deltas whose last reader is layer i zeroed (its backward's start),
  * but for layer overwritten's (-1: none), which i writes whole. */

@@ -25,7 +25,9 @@
  *   nstate_elems, weights_version, owns_scaler, error, ops;
  * - it writes, for the step: batch_scale (begin_batch), found_inf and
  *   bad_tensor (a host-decided unscale), loss_bad and loss_element
- *   (scale_loss), prof_steps (a device profile's batches).
+ *   (scale_loss), prof_steps (a device profile's batches); and, at
+ *   attach, plan_off (why it offers the plan no half tensor, for the
+ *   start-up table).
  *
  * Every member is required unless marked optional; contract.c checks a
  * table before a network attaches to it (the version, every required

@@ -359,6 +359,8 @@ struct amp_net {
     float *dist_pack;            /* the batch-norm statistics packed for one exchange (host) */
     int plan_on;                 /* amp_activations=half with a half dtype: the plan may store
                                     tensors in half */
+    const char *plan_off;        /* why the backend offers the plan no half tensor although
+                                    plan_on (the start-up table says it); NULL otherwise */
     /* amp_fallback's gradient rule: the half layer whose gradients were the
      * first not finite in the last skipped steps at the minimum scale, and
      * how many in a row (fallback.c) */

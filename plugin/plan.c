@@ -242,8 +242,11 @@ void amp_plan_print(const amp_net *an, FILE *out)
     amp_plan_bytes(an, &fp32, &planned);
     const char *dt = amp_dtype_name(an->scaler->opt.dtype);
     if (!nhalf) {
-        fprintf(out, "amp:   activations: float32 (no tensor between two layers that %s runs "
-                     "in half)\n", an->ops->name);
+        if (an->plan_off)
+            fprintf(out, "amp:   activations: float32 (%s)\n", an->plan_off);
+        else
+            fprintf(out, "amp:   activations: float32 (no tensor between two layers that %s runs "
+                         "in half)\n", an->ops->name);
         return;
     }
     char layers[AMP_MSG_LEN];

@@ -9,7 +9,7 @@
 set -u
 src=$1
 read_fields="net layers bk scaler env comm cfgfile tensors ntensors nparams states nstates nstate_elems weights_version owns_scaler error ops"
-write_fields="batch_scale found_inf bad_tensor loss_bad loss_element prof_steps"
+write_fields="batch_scale found_inf bad_tensor loss_bad loss_element prof_steps plan_off"
 allowed=" $read_fields $write_fields "
 files=$(ls "$src"/plugin/cpu/*.c "$src"/plugin/cpu/*.h "$src"/cuda/*.c "$src"/cuda/*.cu "$src"/cuda/*.h 2>/dev/null)
 [ -n "$files" ] || { echo "FAIL: no backend sources under $src"; exit 1; }

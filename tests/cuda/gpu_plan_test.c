@@ -203,8 +203,33 @@ static int wgrad_case(int batch, int c, int h, int w, int n, int size, int strid
     return diff + diff2 + diff3;
 }
 
+/* DARKNET_AMP_GPU_PLAN: the activation plan unless float32; other values
+ * refused, named. */
+static void plan_setting(void)
+{
+    const struct {
+        const char *value;
+        amp_status st;
+        int plan;
+    } cases[] = {{NULL, AMP_OK, 1},     {"", AMP_OK, 1},          {"half", AMP_OK, 1},
+                 {"float32", AMP_OK, 0}, {"fp32", AMP_ERR_INVALID, -1},
+                 {"Half", AMP_ERR_INVALID, -1}, {"half ", AMP_ERR_INVALID, -1}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; ++k) {
+        char err[256] = "";
+        int plan = -1;
+        const amp_status st = amp_gpu_plan_setting(cases[k].value, &plan, err, sizeof err);
+        const int named = st == AMP_OK || (cases[k].value && strstr(err, cases[k].value) &&
+                                           strstr(err, "DARKNET_AMP_GPU_PLAN"));
+        CHECK(st == cases[k].st && plan == cases[k].plan && named,
+              "DARKNET_AMP_GPU_PLAN=%s: status %d, plan %d (expected %d, %d); message '%s'",
+              cases[k].value ? cases[k].value : "(unset)", (int)st, plan, (int)cases[k].st,
+              cases[k].plan, err);
+    }
+}
+
 int main(void)
 {
+    plan_setting();
     /* The weight gradient's layout: 3x3 pad 1, strided, grouped, 1x1, chunks
      * that divide the batch and one that does not. */
     wgrad_case(3, 4, 6, 5, 6, 3, 1, 1, 1, 3);

@@ -66,14 +66,23 @@ if [ "$mode" = parity ]; then
     fi
     cp "$out/repeat/fp32.log" "$out/fp32.log"
     if run amp_float32 "$amp32"; then late amp_float32; fi
-    # DARKNET_AMP_GPU_PLAN=half (gpu.train_parity.plan): the half dtypes' runs
-    # must have stored tensors between layers in half
+    # The half dtypes' runs must have stored tensors between layers in half
+    # under the plan (DARKNET_AMP_GPU_PLAN unset or half: gpu.train_parity.plan),
+    # and none with DARKNET_AMP_GPU_PLAN=float32 (gpu.train_parity), saying why
     planned() { # name dtype
-        [ "${DARKNET_AMP_GPU_PLAN:-}" = half ] || return 0
+        if [ "${DARKNET_AMP_GPU_PLAN:-half}" = float32 ]; then
+            if grep -q "activations: float32 (DARKNET_AMP_GPU_PLAN=float32)" "$out/$1.err"; then
+                echo "ok: $1: $(grep -m 1 "activations: " "$out/$1.err" | sed 's/^amp: *//')"
+            else
+                echo "FAIL: $1: DARKNET_AMP_GPU_PLAN=float32, but the table does not say every tensor is float32 for it:"
+                grep "activations" "$out/$1.err" | head -n 3; fail=1
+            fi
+            return 0
+        fi
         if grep -q "activations: [0-9]* of [0-9]* layers' outputs and deltas in $2" "$out/$1.err"; then
             echo "ok: $1: $(grep -m 1 "activations: " "$out/$1.err" | sed 's/^amp: *//')"
         else
-            echo "FAIL: $1: DARKNET_AMP_GPU_PLAN=half stored no tensor in half:"
+            echo "FAIL: $1: the activation plan (DARKNET_AMP_GPU_PLAN=${DARKNET_AMP_GPU_PLAN:-unset}) stored no tensor in half:"
             grep "activations" "$out/$1.err" | head -n 3; fail=1
         fi
     }
@@ -140,17 +149,20 @@ if [ "$mode" = syncs ]; then
     fi
     echo PASS; exit 0
 fi
-# pinned: the yolo loss's page-locked staging (cuda/layers.c). Asked for
-# while the network's yolo layers first grow it, never per step (3 and 8
-# steps ask as often); where the host refuses it (the shim's
-# SYNC_SHIM_REFUSE_PINNED: every request of 1 KiB or more, which the
-# staging's are and the scaler's few-byte mirror is not), said once on
-# stderr, asked for once in all, and training goes on through darknet's
-# pageable arrays with finite losses. Only requests of 1 KiB or more count.
+# pinned: the yolo loss's page-locked staging (cuda/layers.c, cudaMallocHost)
+# and the network's input and truth (patch 0026, cudaHostAlloc). Each asked
+# for while the network is made or its yolo layers first grow the staging,
+# never per step (3 and 8 steps ask as often); where the host refuses them
+# (the shim's SYNC_SHIM_REFUSE_PINNED: every request of 1 KiB or more,
+# which these are and the scaler's few-byte mirror is not), the staging's
+# refusal said once on stderr and asked for once in all, the network's
+# arrays asked for as often as granted ones (then darknet's calloc), and
+# training goes on through pageable arrays with finite losses. Only
+# requests of 1 KiB or more count.
 if [ "$mode" = pinned ]; then
     driver=$1 shim=$2 amp=$3 list=$4 out=$5
     rm -rf "$out" && mkdir -p "$out"
-    asks() { # name iters [env...] -> cudaMallocHost calls of 1 KiB or more
+    asks() { # name iters [env...] -> cudaMallocHost, then cudaHostAlloc, calls of 1 KiB or more
         name=$1 n=$2
         shift 2
         env "$@" SYNC_COUNT_OUT="$out/$name.txt" LD_PRELOAD="$shim" "$driver" --cfg "$amp" \
@@ -160,17 +172,23 @@ if [ "$mode" = pinned ]; then
         bad=$(awk '$1 == "iter" && !($4 == $4 && $4 < 1e30 && $4 > -1e30) { n++ } END { print n + 0 }' "$out/$name.log")
         [ "$bad" = 0 ] || { echo "FAIL: $name: $bad non-finite losses" >&2; return 1; }
         [ "$(grep -c "^iter" "$out/$name.log")" -eq "$n" ] || { echo "FAIL: $name: not $n iterations" >&2; return 1; }
-        sed -n 's/^#cudaMallocHost-1KiB //p' "$out/$name.txt"
+        echo "$(sed -n 's/^#cudaMallocHost-1KiB //p' "$out/$name.txt")" \
+            "$(sed -n 's/^#cudaHostAlloc-1KiB //p' "$out/$name.txt")"
     }
-    p3=$(asks ok_3 3) && p8=$(asks ok_8 8) && r8=$(asks refused_8 8 SYNC_SHIM_REFUSE_PINNED=1) || exit 1
+    a3=$(asks ok_3 3) && a8=$(asks ok_8 8) && ar8=$(asks refused_8 8 SYNC_SHIM_REFUSE_PINNED=1) || exit 1
+    p3=${a3% *} p8=${a8% *} r8=${ar8% *} h3=${a3#* } h8=${a8#* } hr8=${ar8#* }
     said=$(grep -c "page-locked host memory refused" "$out/refused_8.err" || true)
     echo "cudaMallocHost calls of 1 KiB or more: 3 steps $p3, 8 steps $p8; refused, 8 steps $r8" \
         "(said $said times)"
+    echo "cudaHostAlloc calls of 1 KiB or more (the network's input and truth): 3 steps $h3," \
+        "8 steps $h8; refused, 8 steps $hr8"
     fail=0
     [ -n "$p3" ] && [ "$p3" -gt 0 ] || { echo "FAIL: no page-locked staging asked for (yolo layers on the host's threads?)"; fail=1; }
     [ "$p3" = "$p8" ] || { echo "FAIL: asked for per step ($p3 in 3 steps, $p8 in 8)"; fail=1; }
     [ "$r8" = 1 ] || { echo "FAIL: asked for $r8 times after a refusal (once expected)"; fail=1; }
     [ "$said" = 1 ] || { echo "FAIL: the refusal said $said times (once expected)"; fail=1; }
+    [ -n "$h3" ] && [ "$h3" -ge 2 ] || { echo "FAIL: the network's input and truth not asked for page-locked ($h3 requests; patch 0026)"; fail=1; }
+    [ "$h3" = "$h8" ] && [ "$hr8" = "$h8" ] || { echo "FAIL: the network's arrays asked for per step or again after a refusal ($h3 in 3 steps, $h8 in 8, $hr8 refused)"; fail=1; }
     [ $fail = 0 ] && echo PASS
     exit $fail
 fi

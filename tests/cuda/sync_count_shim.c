@@ -5,9 +5,11 @@
  * far to a program that asks (train_driver --time). It also counts
  * cudaMallocHost on two "#" lines, outside the total: every request, and
  * those of 1 KiB or more (the yolo staging's are; the backend's few-byte
- * scaler mirror is not). With SYNC_SHIM_REFUSE_PINNED set it refuses the
- * latter as a host short of page-locked memory would, and grants the small
- * ones as such a host still would (gpu_train.sh pinned). */
+ * scaler mirror is not); and cudaHostAlloc's requests of 1 KiB or more (a
+ * network's input and truth, patch 0026). With SYNC_SHIM_REFUSE_PINNED set
+ * it refuses every request of 1 KiB or more as a host short of page-locked
+ * memory would, and grants the small ones as such a host still would
+ * (gpu_train.sh pinned). */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -66,6 +68,20 @@ cudaError_t cudaMallocHost(void **p, size_t size)
     FORWARD(cudaMallocHost, p, size);
 }
 
+static unsigned long n_hostalloc2_large;
+
+cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags)
+{
+    if (size >= 1024) {
+        n_hostalloc2_large++;
+        if (getenv("SYNC_SHIM_REFUSE_PINNED")) {
+            *p = NULL;
+            return cudaErrorMemoryAllocation;
+        }
+    }
+    FORWARD(cudaHostAlloc, p, size, flags);
+}
+
 /* The total so far, for programs that look for it (train_driver --time). */
 __attribute__((visibility("default"))) long sync_count_total(void)
 {
@@ -78,7 +94,9 @@ __attribute__((destructor)) static void report(void)
     FILE *f = path ? fopen(path, "w") : NULL;
     if (!f) return;
     fprintf(f, "cudaDeviceSynchronize %lu\ncudaStreamSynchronize %lu\ncudaEventSynchronize %lu\n"
-               "cudaMemcpy %lu\ncudaFree %lu\n#cudaMallocHost %lu\n#cudaMallocHost-1KiB %lu\n",
-            n_device, n_stream, n_event, n_memcpy, n_free, n_hostalloc, n_hostalloc_large);
+               "cudaMemcpy %lu\ncudaFree %lu\n#cudaMallocHost %lu\n#cudaMallocHost-1KiB %lu\n"
+               "#cudaHostAlloc-1KiB %lu\n",
+            n_device, n_stream, n_event, n_memcpy, n_free, n_hostalloc, n_hostalloc_large,
+            n_hostalloc2_large);
     fclose(f);
 }

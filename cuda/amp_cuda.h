@@ -239,6 +239,14 @@ amp_status amp_cuda_shortcut_nhwc_backward(const uint16_t *delta, const uint16_t
                                            amp_dtype dtype, cudaStream_t stream, char *err,
                                            size_t errlen);
 
+/* The channels a transposing tile covers for c channels (nhwc.cu's
+ * conversions, wgrad.cu's im2col from NHWC): the smallest of 4, 8, 16 and 32
+ * that holds them, so that an image's 3 channels fill most of a tile. */
+static inline int amp_channel_tile(int c)
+{
+    return c <= 4 ? 4 : c <= 8 ? 8 : c <= 16 ? 16 : 32;
+}
+
 #ifdef __cplusplus
 }
 #endif

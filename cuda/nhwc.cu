@@ -91,7 +91,7 @@ static amp_status launch(int op, amp_dtype dtype, const float *f_in, float *f_ou
 {
     if (batch <= 0 || c <= 0 || hw <= 0) return AMP_OK;
     const int moved = op == TO_HALF ? cs : c; /* the channels a tile covers */
-    const int ct = moved <= 4 ? 4 : moved <= 8 ? 8 : moved <= 16 ? 16 : 32;
+    const int ct = amp_channel_tile(moved);
     const long ptiles = (hw + NHWC_ELEMS / ct - 1) / (NHWC_ELEMS / ct);
     if (cs < c || batch > 65535 || (moved + ct - 1) / ct > 65535 || ptiles > 0x7fffffffL) {
         snprintf(err, errlen, "nhwc.cu: %d images of %d channels (stored %d) by %ld positions: "

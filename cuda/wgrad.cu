@@ -65,12 +65,6 @@ static __global__ void __launch_bounds__(IM2COL_THREADS)
     }
 }
 
-/* The tile's channels for c channels (im2col_nhwc_kernel's CT). */
-static int im2col_channel_tile(int c)
-{
-    return c <= 4 ? 4 : c <= 8 ? 8 : c <= 16 ? 16 : 32;
-}
-
 template <int CT>
 static void launch_im2col_nhwc(dim3 grid, cudaStream_t stream, const uint16_t *x,
                                amp_im2col_dims d, amp_im2col_divs v, int cs, int cols,
@@ -101,7 +95,7 @@ extern "C" amp_status amp_cuda_im2col_half_nhwc(const uint16_t *x, amp_im2col_di
 {
     const int cols = d.nb * d.out_h * d.out_w, taps = d.size * d.size;
     if (d.c <= 0 || taps <= 0 || cols <= 0) return AMP_OK;
-    const int ct = im2col_channel_tile(d.c), ctiles = (d.c + ct - 1) / ct;
+    const int ct = amp_channel_tile(d.c), ctiles = (d.c + ct - 1) / ct;
     if (ctiles > 65535 || taps > 65535) {
         snprintf(err, errlen, "wgrad.cu: a %dx%d window over %d channels: more than 65535 tiles",
                  d.size, d.size, d.c);

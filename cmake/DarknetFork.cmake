@@ -15,7 +15,7 @@ set(_dn_lib_sources
     route_layer upsample_layer box normalization_layer avgpool_layer layer
     local_layer shortcut_layer logistic_layer activation_layer rnn_layer gru_layer
     crnn_layer demo batchnorm_layer region_layer reorg_layer tree lstm_layer
-    l2norm_layer yolo_layer iseg_layer cfg_keys box_loss)
+    l2norm_layer yolo_layer iseg_layer cfg_keys box_loss labels data_check)
 set(_dn_cuda_sources
     convolutional_kernels deconvolutional_kernels activation_kernels im2col_kernels
     col2im_kernels blas_kernels crop_layer_kernels dropout_layer_kernels
@@ -37,6 +37,8 @@ add_library(darknet_objects OBJECT ${_dn_lib_sources})
 set_target_properties(darknet_objects PROPERTIES POSITION_INDEPENDENT_CODE ON)
 target_include_directories(darknet_objects PRIVATE "${DARKNET_DIR}/src")
 target_link_libraries(darknet_objects PUBLIC darknet_headers)
+# DARKNET_AMP_SANITIZE instruments darknet too (CMakeLists.txt).
+target_link_libraries(darknet_objects PRIVATE amp_sanitizers)
 set(_dn_c_flags -Ofast -Wno-unused-result -Wno-unknown-pragmas)
 target_compile_options(darknet_objects PRIVATE $<$<COMPILE_LANGUAGE:C>:${_dn_c_flags}>)
 
@@ -66,7 +68,7 @@ endif()
 add_library(darknet_shared SHARED $<TARGET_OBJECTS:darknet_objects>)
 add_library(darknet_static STATIC $<TARGET_OBJECTS:darknet_objects>)
 foreach(_t darknet_shared darknet_static)
-    target_link_libraries(${_t} PUBLIC darknet_headers)
+    target_link_libraries(${_t} PUBLIC darknet_headers amp_sanitizers)
     set_target_properties(${_t} PROPERTIES OUTPUT_NAME darknet
         ARCHIVE_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/lib"
         LIBRARY_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/lib")
@@ -77,7 +79,7 @@ endforeach()
 add_executable(darknet_cli ${_dn_cli_sources})
 target_include_directories(darknet_cli PRIVATE "${DARKNET_DIR}/src")
 target_compile_options(darknet_cli PRIVATE ${_dn_c_flags})
-target_link_libraries(darknet_cli PRIVATE darknet_static)
+target_link_libraries(darknet_cli PRIVATE darknet_static amp_sanitizers)
 # Named darknet-amp: Debian's stock `darknet` (the regression oracle) may be on
 # PATH too, and silently ignores amp=1; the two must never be mistaken.
 set_target_properties(darknet_cli PROPERTIES OUTPUT_NAME darknet-amp

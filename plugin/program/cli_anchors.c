@@ -11,7 +11,7 @@
  * Exit status 0, 1 when the labels cannot be read (named), 2 on a malformed
  * command line. */
 #include "cli.h"
-#include "detector_map.h" /* amp_map_read_lines, amp_map_label_path */
+#include "detector_map.h" /* amp_map_read_lines, amp_map_read_labels */
 #include "error.h"
 #include "option_list.h"
 
@@ -150,27 +150,26 @@ static shape *label_boxes(char **images, int nimages, int width, int height, int
     shape *b = malloc(cap * sizeof *b);
     *n = 0;
     for (int i = 0; b && i < nimages; ++i) {
-        char path[4096];
-        amp_map_label_path(images[i], path);
-        FILE *f = fopen(path, "r");
-        if (!f) {
-            amp_errorf(err, errlen, "%s: no label file %s (darknet reads an image's labels there)",
-                       images[i], path);
+        box_label *lb;
+        int nl = amp_map_read_labels(images[i], 0, &lb, err, errlen);
+        if (nl < 0) {
             free(b);
             return NULL;
         }
-        int cls;
-        float x, y, w, h;
-        while (fscanf(f, "%d %f %f %f %f", &cls, &x, &y, &w, &h) == 5) {
-            if (!(w > 0 && h > 0 && w <= 1 && h <= 1)) continue; /* as darknet drops them */
+        for (int j = 0; j < nl; ++j) {
             if (*n == cap) {
                 shape *g = realloc(b, 2 * cap * sizeof *b);
-                if (!g) break;
+                if (!g) {
+                    free(lb);
+                    free(b);
+                    amp_errorf(err, errlen, "out of memory");
+                    return NULL;
+                }
                 b = g, cap *= 2;
             }
-            b[(*n)++] = (shape){w * width, h * height};
+            b[(*n)++] = (shape){lb[j].w * width, lb[j].h * height};
         }
-        fclose(f);
+        free(lb);
     }
     if (!b) amp_errorf(err, errlen, "out of memory");
     return b;

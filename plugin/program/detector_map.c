@@ -1,6 +1,7 @@
 /* Validation figures of a darknet detector (detector_map.h). */
 #include "detector_map.h"
 #include "error.h"
+#include "labels.h" /* darknet-amp's patched darknet: label_find, labels_read_file */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,33 +61,43 @@ char **amp_map_read_lines(const char *path, int *count, char *err, size_t errlen
     return v;
 }
 
-void amp_map_label_path(const char *img, char *out)
+/* A bad line of a label file: said, and not a box (labels.h). */
+static void say_label_problem(void *ctx, int line, const char *what)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s", img);
-    find_replace(path, "images", "labels", out);
-    find_replace(out, "JPEGImages", "labels", out);
-    find_replace(out, "raw", "labels", out);
-    find_replace(out, ".jpg", ".txt", out);
-    find_replace(out, ".png", ".txt", out);
-    find_replace(out, ".JPG", ".txt", out);
-    find_replace(out, ".JPEG", ".txt", out);
+    fprintf(stderr, "%s:%d: %s; box skipped\n", (const char *)ctx, line, what);
 }
 
-static int read_truth(const char *img, truth_box *out, int max)
+int amp_map_read_labels(const char *img, int classes, box_label **boxes, char *err, size_t errlen)
 {
-    char path[4096];
-    int n = 0, cls;
-    float x, y, w, h;
-    amp_map_label_path(img, path);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    while (n < max && fscanf(f, "%d %f %f %f %f", &cls, &x, &y, &w, &h) == 5) {
-        out[n].b.x = x, out[n].b.y = y, out[n].b.w = w, out[n].b.h = h;
-        out[n].cls = cls, out[n].used = 0;
-        ++n;
+    char label[LABEL_PATH_MAX], why[256];
+    label_read lr;
+    *boxes = NULL;
+    if (label_find(img, label) < 0) {
+        if (label[0])
+            amp_errorf(err, errlen, "%s: no label file %s (nor beside the image)", img, label);
+        else
+            amp_errorf(err, errlen, "%s: not an image name darknet makes a label path of", img);
+        return -1;
     }
-    fclose(f);
+    if (labels_read_file(label, classes, say_label_problem, label, &lr, why, sizeof why)) {
+        amp_errorf(err, errlen, "%s: its label file %s %s", img, label, why);
+        return -1;
+    }
+    *boxes = lr.boxes;
+    return lr.n;
+}
+
+static int read_truth(const char *img, int classes, truth_box *out, int max, char *err,
+                      size_t errlen)
+{
+    box_label *b;
+    int n = amp_map_read_labels(img, classes, &b, err, errlen);
+    if (n > max) n = max;
+    for (int i = 0; i < n; ++i) {
+        out[i].b.x = b[i].x, out[i].b.y = b[i].y, out[i].b.w = b[i].w, out[i].b.h = b[i].h;
+        out[i].cls = b[i].id, out[i].used = 0;
+    }
+    free(b);
     return n;
 }
 
@@ -161,12 +172,8 @@ static amp_status eval_image(network *net, const char *path, int index, int clas
                              amp_map_result *r, double *iou_sum, char *err, size_t errlen)
 {
     truth_box truth[MAX_TRUTH];
-    int ntruth = read_truth(path, truth, MAX_TRUTH);
-    char labels[4096];
-    amp_map_label_path(path, labels);
-    AMP_RETURN_ERROR_IF(ntruth < 0, AMP_ERR_IO, err, errlen,
-                        "%s: no label file %s (darknet reads an image's labels there)", path,
-                        labels);
+    int ntruth = read_truth(path, classes, truth, MAX_TRUTH, err, errlen);
+    if (ntruth < 0) return AMP_ERR_IO;
     FILE *probe = fopen(path, "rb"); /* darknet's image loader exits on a missing file */
     AMP_RETURN_ERROR_IF(!probe, AMP_ERR_IO, err, errlen, "%s: cannot read the image", path);
     fclose(probe);

@@ -45,10 +45,12 @@ double amp_map_ap(const unsigned char *matched, int n, int positives, int points
 char **amp_map_read_lines(const char *path, int *count, char *err, size_t errlen);
 void amp_map_free_lines(char **lines);
 
-/* The label file darknet's training reads for the image img (its path's
- * "images" -> "labels", extension -> .txt; fill_truth_detection), into out
- * (4096 bytes). */
-void amp_map_label_path(const char *img, char *out);
+/* The boxes of the image img's label file, found and read as training finds
+ * and reads them (either rule, each bad line said on stderr and skipped;
+ * labels.h): their count with *boxes (free it), or -1 with err when there is
+ * no label file or it cannot be read. classes 0: any class. */
+int amp_map_read_labels(const char *img, int classes, box_label **boxes, char *err,
+                        size_t errlen);
 
 /* Evaluates net (set to batch 1 by the caller) on images; r's arrays are
  * allocated here (amp_map_result_free). An image that cannot be read or has

@@ -212,7 +212,7 @@ static amp_status eval_image(network *net, const char *path, int index, int clas
     if (st == AMP_OK) {
         /* Greedy matching within this image, highest score first. */
         scored *v = *dets;
-        qsort(v + first, *ndets - first, sizeof *v, by_score);
+        if (*ndets > first) qsort(v + first, *ndets - first, sizeof *v, by_score); /* v may be NULL */
         for (int k = first; k < *ndets; ++k) {
             box b = d[v[k].truth].bbox; /* relative=1: already in 0..1 */
             int best = -1;
@@ -268,7 +268,7 @@ amp_status amp_detector_map(network *net, char **images, int nimages, const amp_
         st = eval_image(net, images[i], i, classes, o, &dets, &ndets, &cap, r, &iou_sum, err,
                         errlen);
     if (st == AMP_OK) {
-        qsort(dets, ndets, sizeof *dets, by_score);
+        if (ndets) qsort(dets, ndets, sizeof *dets, by_score); /* dets NULL without any */
         for (int c = 0; c < classes && st == AMP_OK; ++c) {
             r->ap[c] = class_ap(dets, ndets, c, r->positives[c], o->points);
             if (r->ap[c] < 0) {

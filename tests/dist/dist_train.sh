@@ -38,6 +38,10 @@
 #                compared after every step: DARKNET_AMP_DIST_CHECK=1)
 #   save         only rank 0 saves; a resumed 2-process run starts from the
 #                saved scale on both ranks
+#   bad_data     a NaN label line and 4 undecodable images of 16, on 2
+#                processes: each named once (by rank 0), the processes
+#                identical after every step, both train; past -bad_max both
+#                stop with status 1, said once
 #   refuse       an indivisible batch, different cfgs, a bad DARKNET_AMP_DIST_CHECK or DARKNET_AMP_DIST,
 #                a missing MPI module
 set -u
@@ -156,6 +160,51 @@ save)
     [ "$n" -eq 2 ] && ok "both processes resumed at the saved scale $scale" \
         || bad "$n processes resumed at scale $scale: $(grep -m2 'amp: resumed\|amp: no' "$out/resume.err")"
     ;;
+bad_data)
+    # 16 images, the first label file with a NaN line before its boxes,
+    # 4 images cut to 100 bytes: every process reads the same list and
+    # draws the same images, so each finds the same problems and decides
+    # the same; rank 0 names each once for all.
+    mkcfg bad 1 4 'amp=1\namp_dtype=bfloat16'
+    mkdir -p "$out/bd/images" "$out/bd/labels"
+    head -n 16 "$data_dir/train.txt" | while read -r img; do
+        b=$(basename "$img" .png)
+        cp "$img" "$out/bd/images/$b.png"
+        cp "$data_dir/labels/$b.txt" "$out/bd/labels/$b.txt"
+        echo "$out/bd/images/$b.png"
+    done > "$out/bd/train.txt"
+    first=$(head -n 1 "$out/bd/train.txt" | sed 's|/images/|/labels/|; s|\.png$|.txt|')
+    sed -i '1i 0 nan 0.5 0.2 0.2' "$first"
+    for k in 4 8 12 16; do
+        f=$(sed -n "${k}p" "$out/bd/train.txt")
+        head -c 100 "$f" > "$f.cut" && mv "$f.cut" "$f"
+    done
+    sed -i "s|^train *=.*|train = $out/bd/train.txt|" "$out/bad.data"
+    mpi -x DARKNET_AMP_DIST_CHECK=1 "$darknet" detector train "$out/bad.data" "$out/bad.cfg" -bad_max 0.5 \
+        > "$out/bad.log" 2> "$out/bad.err" || bad "the run failed: $(tail -n 3 "$out/bad.err")"
+    n=$(grep -c "^$first:1: x is not finite (nan); box skipped\$" "$out/bad.err")
+    [ "$n" -eq 1 ] && ok "the NaN line named once, by rank 0: $first:1" || bad "the NaN line named $n times, not once"
+    n=$(grep -c 'cannot be decoded' "$out/bad.err")
+    d=$(grep 'cannot be decoded' "$out/bad.err" | sort | uniq -d | wc -l)
+    [ "$n" -ge 1 ] && [ "$d" -eq 0 ] && ok "$n cut images drawn, each named once: $(grep -m1 'cannot be decoded' "$out/bad.err" | cut -c1-150)" \
+        || bad "$n cut images named ($d twice); expected each drawn one once"
+    n=$(grep -c 'differs' "$out/bad.err")
+    [ "$n" -eq 0 ] && ok "the processes' layers compared after every step: identical" \
+        || bad "$(grep -m1 differs "$out/bad.err")"
+    n=$(grep -c 'training done: 4 steps' "$out/bad.err")
+    [ "$n" -eq 2 ] && ok "both processes trained 4 steps" || bad "$n processes trained 4 steps, not 2"
+    bad_losses=$(grep -E '^[0-9]+: ' "$out/bad.log" | awk -F'[:,]' '!($2 + 0 == $2 + 0 && $2 < 1e30) { print }')
+    [ -z "$bad_losses" ] && ok "finite losses: $(grep -E '^[0-9]+: ' "$out/bad.log" | awk -F'[:,]' '{ printf "%s ", $2 }')" \
+        || bad "a loss that is not finite: $bad_losses"
+    # past -bad_max (4 of 16 images, 25%): every process stops with status 1
+    if mpi "$darknet" detector train "$out/bad.data" "$out/bad.cfg" -bad_max 0.2 > "$out/stop.log" 2> "$out/stop.err"; then
+        bad "past -bad_max 0.2: the launch exited 0"
+    else
+        n=$(grep -c 'more than -bad_max 0.2 allows' "$out/stop.err")
+        t=$(grep -c 'training done' "$out/stop.err")
+        [ "$n" -eq 1 ] && [ "$t" -eq 0 ] && ok "past -bad_max 0.2: no step, said once: $(grep -m1 'more than -bad_max' "$out/stop.err" | cut -c1-160)" \
+            || bad "past -bad_max 0.2: said $n times, $t processes trained"
+    fi ;;
 refuse)
     # refused NAME PATTERN COMMAND...: COMMAND must fail, its errors saying PATTERN
     refused() {
@@ -186,7 +235,7 @@ refuse)
     refused "a launch without the MPI module" 'the MPI module cannot be loaded' \
         mpi -x DARKNET_AMP_MPI_MODULE=/nonexistent/libdarknet_amp_mpi.so "$darknet" detector train \
         "$out/same.data" "$out/same.cfg" ;;
-*) echo "usage: dist_train.sh equivalence|skip|save|refuse DARKNET MPIEXEC DATA_DIR CFG OUT"; exit 2 ;;
+*) echo "usage: dist_train.sh equivalence|skip|save|bad_data|refuse DARKNET MPIEXEC DATA_DIR CFG OUT"; exit 2 ;;
 esac
 [ "$fail" = 0 ] && echo "PASS" || echo "FAIL"
 exit "$fail"

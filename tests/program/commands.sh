@@ -40,6 +40,7 @@ expect() {
 expect 2 err "^usage: .* COMMAND \.\.\.: darknet's commands"
 expect 0 out "detector map DATA CFG WEIGHTS" --help
 expect 0 out "^  -amp bfloat16\|float16\|float32\|1\|0" -h
+expect 0 out "^  -bad_max FRACTION +detector train: the largest share of bad boxes" --help
 expect 0 out "^darknet-amp [0-9][^ ]* \(darknet [^ ]+ with [0-9]+ patches; (CPU|CUDA) build\)$" --version
 expect 0 out "^  convolutional +GEMM in half +yes +yes" amp kinds
 expect 0 out "^  batchnorm +float32 statistics +-  +-" amp kinds

@@ -62,6 +62,13 @@ mkcfg() {
     mkdir -p "$out/$1"
     sed "s|^backup *=.*|backup = $out/$1|" "$data_dir/shapes.data" > "$out/$1.data"
 }
+# same_processes ERR: no step after which the processes' layers differed
+# (DARKNET_AMP_DIST_CHECK=1 compares them after every step)
+same_processes() {
+    n=$(grep -c 'differs' "$1")
+    [ "$n" -eq 0 ] && ok "the processes' layers compared after every step: identical" \
+        || bad "$(grep -m1 differs "$1")"
+}
 losses() { grep -E '^[0-9]+: ' "$1" | awk -F'[:,]' '{ print $1, $2 }'; }
 progress_tail() { grep -E '^[0-9]+: ' "$1" | tail -n 1 | sed 's/.*, scale/scale/'; }
 
@@ -137,9 +144,7 @@ skip)
     echo "$s2 $s3" | awk '{ exit !($4 == $2 + 1 && $3 == $1 / 2) }' \
         && ok "step 3 skipped and the scale backed off once ($s2 -> $s3: scale, skipped)" \
         || bad "step 3: (scale, skipped) went $s2 -> $s3, not one skip and half the scale"
-    n=$(grep -c 'differs' "$out/skip.err")
-    [ "$n" -eq 0 ] && ok "the processes' layers compared after every step: identical" \
-        || bad "$(grep -m1 differs "$out/skip.err")"
+    same_processes "$out/skip.err"
     n=$(grep -c 'training done: 6 steps, 1 skipped' "$out/skip.err")
     [ "$n" -eq 2 ] && ok "both processes counted 6 steps, 1 skipped" || bad "$n processes counted 6 steps, 1 skipped"
     ;;
@@ -188,9 +193,7 @@ bad_data)
     d=$(grep 'cannot be decoded' "$out/bad.err" | sort | uniq -d | wc -l)
     [ "$n" -ge 1 ] && [ "$d" -eq 0 ] && ok "$n cut images drawn, each named once: $(grep -m1 'cannot be decoded' "$out/bad.err" | cut -c1-150)" \
         || bad "$n cut images named ($d twice); expected each drawn one once"
-    n=$(grep -c 'differs' "$out/bad.err")
-    [ "$n" -eq 0 ] && ok "the processes' layers compared after every step: identical" \
-        || bad "$(grep -m1 differs "$out/bad.err")"
+    same_processes "$out/bad.err"
     n=$(grep -c 'training done: 4 steps' "$out/bad.err")
     [ "$n" -eq 2 ] && ok "both processes trained 4 steps" || bad "$n processes trained 4 steps, not 2"
     bad_losses=$(grep -E '^[0-9]+: ' "$out/bad.log" | awk -F'[:,]' '!($2 + 0 == $2 + 0 && $2 < 1e30) { print }')

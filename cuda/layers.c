@@ -135,14 +135,18 @@ static void yolo_forward(layer l, network net)
     amp_gpu_net *g = al ? gpu_of(al->owner) : NULL;
     const size_t n = (size_t)l.batch * l.outputs;
     /* darknet's activation in three operations: its logistic kernel over
-     * the whole output, the box sizes copied back (amp_yolo_kept_of) */
+     * the whole output, the box sizes copied back (amp_yolo_kept_of); with
+     * new_coords none (the convolution before applied the logistic) */
     copy_gpu(l.batch * l.inputs, net.input_gpu, 1, l.output_gpu, 1);
-    activate_array_gpu(l.output_gpu, l.batch * l.outputs, LOGISTIC);
-    const amp_yolo_kept kept = amp_yolo_kept_of(l.w, l.h, l.n, l.classes, l.batch);
-    const cudaError_t e = cudaMemcpy2DAsync(
-        l.output_gpu + kept.first, kept.pitch * sizeof(float), net.input_gpu + kept.first,
-        kept.pitch * sizeof(float), kept.width * sizeof(float), kept.rows,
-        cudaMemcpyDeviceToDevice, 0);
+    cudaError_t e = cudaSuccess;
+    if (!l.new_coords) {
+        activate_array_gpu(l.output_gpu, l.batch * l.outputs, LOGISTIC);
+        const amp_yolo_kept kept = amp_yolo_kept_of(l.w, l.h, l.n, l.classes, l.batch);
+        e = cudaMemcpy2DAsync(l.output_gpu + kept.first, kept.pitch * sizeof(float),
+                              net.input_gpu + kept.first, kept.pitch * sizeof(float),
+                              kept.width * sizeof(float), kept.rows, cudaMemcpyDeviceToDevice,
+                              0);
+    }
     if (e != cudaSuccess) { /* the step's failure, which stops training */
         (void)cudaGetLastError(); /* not darknet's next check_error's to exit on */
         if (al)

@@ -1,4 +1,4 @@
-/* darknet's yolo loss (forward_yolo_layer, with patches 0009 and 0020) with
+/* darknet's yolo loss (forward_yolo_layer, with patches 0009, 0020 and 0034) with
  * the batch's images in parallel, bit for bit darknet's.
  *
  * darknet computes a [yolo] layer's loss on the host, one image after
@@ -14,8 +14,7 @@
  * compares them with darknet's function on every loss form).
  *
  * The few operations here are written as darknet's build (-Ofast, baseline
- * x86-64, read from its machine code) carries them out: the objectness
- * delta 0 - x as -x, the printed averages as products with 1/count, and no
+ * x86-64, read from its machine code) carries them out: the printed averages as products with 1/count, and no
  * fused multiply-add (this file is compiled with -ffp-contract=off), so the
  * box scale 2 - w*h rounds twice as there.
  */
@@ -24,16 +23,12 @@
 #include "activations.h" /* activate_array */
 #include "blas.h"        /* mag_array */
 #include "utils.h"       /* int_index */
-#include "yolo_layer.h"  /* delta_yolo_box_kind, delta_yolo_class_scaled, scale_yolo_xy */
+#include "yolo_layer.h"  /* the box, class and objectness deltas, scale_yolo_xy */
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* darknet's yolo_layer.c defines it without declaring it in a header. */
-box get_yolo_box(float *x, float *biases, int n, int index, int i, int j, int lw, int lh, int w,
-                 int h, int stride);
 
 /* What the truth loop adds to darknet's batch sums for one (truth, anchor)
  * pair, in the order darknet adds them. */
@@ -69,8 +64,9 @@ static int image_loss(const layer *l, const network *net, int b, yolo_match *m)
         for (int i = 0; i < l->w; ++i)
             for (int n = 0; n < l->n; ++n) {
                 const int box_index = entry_index(l, b, n * stride + j * l->w + i, 0);
-                const box pred = get_yolo_box(l->output, l->biases, l->mask[n], box_index, i, j,
-                                              l->w, l->h, net->w, net->h, stride);
+                const box pred = get_yolo_box_coords(l->output, l->biases, l->mask[n], box_index,
+                                                     i, j, l->w, l->h, net->w, net->h, stride,
+                                                     l->new_coords);
                 float best_iou = 0;
                 int best_t = 0;
                 for (int t = 0; t < l->max_boxes; ++t) {
@@ -83,14 +79,13 @@ static int image_loss(const layer *l, const network *net, int b, yolo_match *m)
                     }
                 }
                 const int obj_index = entry_index(l, b, n * stride + j * l->w + i, 4);
-                l->delta[obj_index] = -l->output[obj_index]; /* darknet's 0 - x under -Ofast */
-                if (best_iou > l->ignore_thresh) l->delta[obj_index] = 0;
+                l->delta[obj_index] = yolo_obj_delta_unmatched(l, l->output[obj_index], best_iou);
                 if (best_iou > l->truth_thresh) {
-                    l->delta[obj_index] = l->obj_normalizer * (1 - l->output[obj_index]);
                     const int class_index = entry_index(l, b, n * stride + j * l->w + i, 4 + 1);
-                    delta_yolo_class_scaled(l->output, l->delta, class_index,
-                                            class_of(net, l, b, best_t), l->classes, stride, NULL,
-                                            l->cls_normalizer);
+                    const int class = class_of(net, l, b, best_t);
+                    delta_yolo_class_scaled(l->output, l->delta, class_index, class, l->classes,
+                                            stride, NULL, 1);
+                    yolo_deltas_truth_thresh(l, l->delta, obj_index, class_index, class, best_iou);
                     const box truth = truth_of(net, l, b, best_t);
                     delta_yolo_box_kind(l, truth, l->output, l->biases, l->mask[n], box_index, i, j,
                                         l->w, l->h, net->w, net->h, l->delta,
@@ -133,12 +128,12 @@ static int image_loss(const layer *l, const network *net, int b, yolo_match *m)
                                                   (2 - truth.w * truth.h), stride);
             const int obj_index = entry_index(l, b, mask_n * stride + j * l->w + i, 4);
             m[count].obj = l->output[obj_index];
-            l->delta[obj_index] = l->obj_normalizer * (1 - l->output[obj_index]);
+            yolo_obj_delta_matched(l, l->delta, obj_index);
             const int class = class_of(net, l, b, t);
             const int class_index = entry_index(l, b, mask_n * stride + j * l->w + i, 4 + 1);
             float cat = 0; /* what darknet adds to avg_cat: nothing for a class out of range */
             delta_yolo_class_scaled(l->output, l->delta, class_index, class, l->classes, stride,
-                                    &cat, l->cls_normalizer);
+                                    &cat, 1);
             m[count].cat = cat;
             m[count].iou = iou;
             ++count;
@@ -155,7 +150,7 @@ void amp_yolo_forward(layer l, network net, int activate)
     for (long b = 0; b < batch; ++b) {
         if (l.output != net.input) /* the same array: in place (a GPU's staging) */
             memcpy(l.output + b * per, net.input + b * per, (size_t)per * sizeof(float));
-        for (int n = 0; activate && n < l.n; ++n) {
+        for (int n = 0; activate && !l.new_coords && n < l.n; ++n) {
             activate_array(l.output + entry_index(&l, (int)b, n * stride, 0), 2 * stride, LOGISTIC);
             activate_array(l.output + entry_index(&l, (int)b, n * stride, 4),
                            (1 + l.classes) * stride, LOGISTIC);

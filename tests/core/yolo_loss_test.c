@@ -55,6 +55,7 @@ typedef struct yolo_case {
     int map, train;
     int bad; /* image 0's first truths: a centre at the image's right edge (x = 1, which
                 darknet puts in the next row's cell), a class beyond the layer's */
+    int new_coords, objectness_smooth; /* 0: the cfg without them */
 } yolo_case;
 
 static layer make(const yolo_case *c, int *mask)
@@ -73,6 +74,8 @@ static layer make(const yolo_case *c, int *mask)
     l.iou_thresh = c->iou_thresh;
     l.scale_x_y = c->scale_x_y;
     l.max_delta = c->max_delta;
+    l.new_coords = c->new_coords;
+    l.objectness_smooth = c->objectness_smooth;
     if (c->map) {
         l.map = calloc(20, sizeof(int));
         for (int k = 0; k < 20; ++k) l.map[k] = (k * 7) % 20;
@@ -140,6 +143,7 @@ static void check_case(const yolo_case *c, unsigned seed)
     net.truth = calloc((size_t)a.truths * a.batch, sizeof(float));
     srand(seed);
     for (size_t i = 0; i < n; ++i) input[i] = ((float)rand() / RAND_MAX - .5f) * 6;
+    if (c->new_coords) activate_array(input, (int)n, LOGISTIC); /* the convolution's logistic */
     int placed = 0;
     for (int im = 0; im < a.batch; ++im) {
         const int k = im == 1 && a.batch > 2 ? 90 : im == 2 ? 0 : c->truths;
@@ -180,7 +184,7 @@ static void check_case(const yolo_case *c, unsigned seed)
     layer d = make(c, mask);
     float *in_d = malloc(n * sizeof(float));
     memcpy(in_d, input, n * sizeof(float));
-    for (int im = 0; im < d.batch; ++im)
+    for (int im = 0; im < d.batch && !c->new_coords; ++im)
         for (int k = 0; k < d.n; ++k) {
             float *at = in_d + im * d.outputs + k * d.w * d.h * (4 + d.classes + 1);
             activate_array(at, 2 * d.w * d.h, LOGISTIC);
@@ -281,16 +285,24 @@ int main(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "bench")) return bench(argc > 2 ? atoi(argv[2]) : 64);
     const yolo_case cases[] = {
-        {"mse (yolov3)", 13, 8, 6, IOU_LOSS_MSE, 1, 1, 1, 1, 1, FLT_MAX, 1, 0, 1, 0},
-        {"ciou (yolov4)", 26, 6, 9, IOU_LOSS_CIOU, .07f, 1, 1, .213f, 1.05f, 5, 1, 0, 1, 0},
+        {"mse (yolov3)", 13, 8, 6, IOU_LOSS_MSE, 1, 1, 1, 1, 1, FLT_MAX, 1, 0, 1, 0, 0, 0},
+        {"ciou (yolov4)", 26, 6, 9, IOU_LOSS_CIOU, .07f, 1, 1, .213f, 1.05f, 5, 1, 0, 1, 0, 0, 0},
         {"giou, class map, truth_thresh .3", 13, 5, 4, IOU_LOSS_GIOU, .5f, .8f, .9f, .5f, 1.1f,
-         FLT_MAX, .3f, 1, 1, 0},
-        {"diou, obj_normalizer 2", 19, 4, 12, IOU_LOSS_DIOU, .3f, 1, 2, .3f, 1.2f, 10, 1, 0, 1, 0},
-        {"mse, one image", 13, 1, 3, IOU_LOSS_MSE, 1, 1, 1, 1, 1, FLT_MAX, 1, 0, 1, 0},
-        {"inference", 13, 4, 6, IOU_LOSS_CIOU, .07f, 1, 1, .213f, 1.05f, 5, 1, 0, 0, 0},
-        {"no truths at all", 13, 2, 0, IOU_LOSS_MSE, 1, 1, 1, 1, 1, FLT_MAX, 1, 0, 1, 0},
+         FLT_MAX, .3f, 1, 1, 0, 0, 0},
+        {"diou, obj_normalizer 2", 19, 4, 12, IOU_LOSS_DIOU, .3f, 1, 2, .3f, 1.2f, 10, 1, 0, 1, 0, 0, 0},
+        {"mse, one image", 13, 1, 3, IOU_LOSS_MSE, 1, 1, 1, 1, 1, FLT_MAX, 1, 0, 1, 0, 0, 0},
+        {"inference", 13, 4, 6, IOU_LOSS_CIOU, .07f, 1, 1, .213f, 1.05f, 5, 1, 0, 0, 0, 0, 0},
+        {"no truths at all", 13, 2, 0, IOU_LOSS_MSE, 1, 1, 1, 1, 1, FLT_MAX, 1, 0, 1, 0, 0, 0},
         {"a truth outside the image, a class out of range", 13, 4, 5, IOU_LOSS_CIOU, .07f, 1, 1,
-         .213f, 1.05f, 5, 1, 0, 1, 1},
+         .213f, 1.05f, 5, 1, 0, 1, 1, 0, 0},
+        {"ciou, new_coords, objectness_smooth (yolov7)", 26, 6, 9, IOU_LOSS_CIOU, .05f, .5f, 1,
+         .2f, 2, 2, 1, 0, 1, 0, 1, 1},
+        {"mse, new_coords, objectness_smooth, truth_thresh .3", 13, 5, 6, IOU_LOSS_MSE, 1, 1, .4f,
+         .2f, 2, FLT_MAX, .3f, 1, 1, 0, 1, 1},
+        {"giou, objectness_smooth, obj_normalizer 4 (yolov4-csp)", 19, 4, 12, IOU_LOSS_GIOU, .05f,
+         .5f, 4, .2f, 2, 5, 1, 0, 1, 0, 0, 1},
+        {"diou, new_coords, inference", 13, 4, 6, IOU_LOSS_DIOU, .05f, 1, 1, .2f, 2, 2, 1, 0, 0,
+         0, 1, 0},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; ++k) check_case(&cases[k], 11 + (unsigned)k);
     return check_report();

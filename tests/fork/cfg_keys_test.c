@@ -90,10 +90,18 @@ int main(int argc, char **argv)
     refused("dilation", text,
             (const char *[]){"dilation.cfg", "layer 1", "[convolutional]", "dilation=2",
                              "it means a dilated convolution", NULL});
-    snprintf(text, sizeof text, "%s%s%snew_coords=1\n", base_net, conv, yolo_head);
-    refused("new_coords", text,
-            (const char *[]){"new_coords.cfg", "layer 2", "[yolo]", "new_coords=1", "box decoding",
+    snprintf(text, sizeof text, "%s%s%sfocal_loss=1\n", base_net, conv, yolo_head);
+    refused("focal_loss", text,
+            (const char *[]){"focal_loss.cfg", "layer 2", "[yolo]", "focal_loss=1", "focal loss",
                              NULL});
+    snprintf(text, sizeof text, "%s%s%snew_coords=2\n", base_net, conv, yolo_head);
+    refused("new_coords", text,
+            (const char *[]){"new_coords.cfg", "layer 2", "[yolo]", "new_coords=2",
+                             "must be 0 or 1", NULL});
+    snprintf(text, sizeof text, "%s%s%sobjectness_smooth=-1\n", base_net, conv, yolo_head);
+    refused("objectness_smooth", text,
+            (const char *[]){"objectness_smooth.cfg", "layer 2", "[yolo]",
+                             "objectness_smooth=-1", "must be 0 or 1", NULL});
     snprintf(text, sizeof text, "%s%s[sam]\nfrom=-1\n", base_net, conv);
     refused("section", text,
             (const char *[]){"section.cfg", "layer 1", "[sam]", "no layer of this type", NULL});
@@ -123,7 +131,8 @@ int main(int argc, char **argv)
     char err[1024] = "", log[8192];
     snprintf(text, sizeof text,
              "%smosaic=1\nletter_box=1\n%sfilterz=3\n%snms_kind=greedynms\nbeta_nms=0.6\n"
-             "scale_x_y=1.05\niou_loss=ciou\niou_normalizer=0.07\n",
+             "scale_x_y=1.05\niou_loss=ciou\niou_normalizer=0.07\nnew_coords=1\n"
+             "objectness_smooth=0\n",
              base_net, conv, yolo_head);
     network *net = parse("ignored", text, err, sizeof err, log, sizeof log);
     const char *line = strstr(log, "ignored, not used by this darknet");
@@ -135,7 +144,8 @@ int main(int argc, char **argv)
                                             "filterz [convolutional] layer 0 (unknown)",
                                             "nms_kind [yolo] layer 2",
                                             "beta_nms [yolo] layer 2", NULL}) &&
-              !strstr(log, "Unused field") && !strstr(log, "scale_x_y"),
+              !strstr(log, "Unused field") && !strstr(log, "scale_x_y") &&
+              !strstr(log, "new_coords") && !strstr(log, "objectness_smooth"),
           "ignored keys: accepted, one line naming the 5 (not the yolov4 keys implemented): "
           "%.*s",
           line ? (int)strcspn(line, "\n") : 6, line ? line : "(none)");

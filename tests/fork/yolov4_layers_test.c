@@ -10,7 +10,13 @@
  *   with respect to the decoded box (w, h times e^t), by finite differences
  *   of box_iou_kind;
  * - iou_thresh: a second anchor above it learns the truth, below it not;
- *   max_delta bounds the box deltas; cls_normalizer scales the class deltas.
+ *   max_delta bounds the box deltas; cls_normalizer leaves the class deltas
+ *   as they are (AlexeyAB's darknet uses it only with counters_per_class);
+ * - the yolov7 and csp keys (patch 0034), against values computed here:
+ *   new_coords' decoding (no logistic, size (2 s)^2 anchor), its mse target
+ *   and its GIoU deltas (no e^t factor, by finite differences);
+ *   objectness_smooth's ignore rule, its assigned anchor and its truth_thresh
+ *   targets, and obj_normalizer on the no-object deltas.
  *   yolov4_layers_test SCRATCH
  */
 #include "darknet.h"
@@ -24,9 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* yolo_layer.c's decoding (not in its header) */
-box get_yolo_box(float *x, float *biases, int n, int index, int i, int j, int lw, int lh, int w,
-                 int h, int stride);
 
 static unsigned rng = 777;
 static float uniform(float lo, float hi)
@@ -186,8 +189,8 @@ static void yolo_checks(void)
     l.iou_loss = IOU_LOSS_CIOU;
     l.iou_normalizer = .07f;
     run_yolo(&l, in, truth);
-    box pred = get_yolo_box(l.output, l.biases, 0, entry(&l, 0, loc, 0), 1, 0, 2, 2, 64, 64,
-                            l.w * l.h);
+    box pred = get_yolo_box_coords(l.output, l.biases, 0, entry(&l, 0, loc, 0), 1, 0, 2, 2, 64,
+                                   64, l.w * l.h, 0);
     box tb = {truth[0], truth[1], truth[2], truth[3]};
     double worst = 0;
     for (int c = 0; c < 4; ++c) {
@@ -239,7 +242,7 @@ static void yolo_checks(void)
         run_yolo(&y, in2, truth);
         const int second = y.delta[entry(&y, 1, loc, 0)] != 0;
         const float cls0 = y.delta[entry(&y, 0, loc, 5)];
-        const float want_cls = (pass ? .5f : 1) * (0 - y.output[entry(&y, 0, loc, 5)]);
+        const float want_cls = 0 - y.output[entry(&y, 0, loc, 5)];
         if (pass) {
             CHECK(second, "iou_thresh=0.2: the second anchor (shape IoU 0.28) learns the truth "
                           "too (x delta %.4f)", y.delta[entry(&y, 1, loc, 0)]);
@@ -247,11 +250,131 @@ static void yolo_checks(void)
             CHECK(!second, "iou_thresh=1 (default): only the best anchor learns the truth");
         }
         CHECK(fabsf(cls0 - want_cls) < 1e-6,
-              "cls_normalizer=%g: class 0's delta %.6f = %g (0 - output) = %.6f",
-              pass ? .5 : 1.0, cls0, pass ? .5 : 1.0, want_cls);
+              "cls_normalizer=%g: class 0's delta %.6f = 0 - output = %.6f (AlexeyAB's darknet "
+              "weighs only counters_per_class's class weights by it)",
+              pass ? .5 : 1.0, cls0, want_cls);
         free(in2);
         free_layer(y);
     }
+}
+
+
+/* IoU of two boxes (centre, size), in double precision */
+static double iou_d(double ax, double ay, double aw, double ah, box b)
+{
+    const double l = fmax(ax - aw / 2, b.x - b.w / 2), r = fmin(ax + aw / 2, b.x + b.w / 2);
+    const double t = fmax(ay - ah / 2, b.y - b.h / 2), d = fmin(ay + ah / 2, b.y + b.h / 2);
+    const double in = (r > l && d > t) ? (r - l) * (d - t) : 0;
+    return in / (aw * ah + (double)b.w * b.h - in);
+}
+
+/* the input s of a new_coords size whose decoded size is size (image units) */
+static float size_input(double size, double anchor)
+{
+    return (float)(sqrt(size * 64 / anchor) / 2);
+}
+
+static void yolov7_checks(void)
+{
+    const float anchors[] = {20, 24};
+    float truth[90 * 5] = {0};
+    /* one box, centre in cell (1, 0) near its left edge; class 1 of 2 */
+    truth[0] = .52f, truth[1] = .3f, truth[2] = .3f, truth[3] = .4f, truth[4] = 1;
+    const box tb = {truth[0], truth[1], truth[2], truth[3]};
+    const int mine = 1, other = 0, far = 3; /* cells (1, 0), (0, 0), (1, 1) */
+    layer l = yolo(1, anchors, 2);
+    l.new_coords = 1;
+    l.scale_x_y = 2;
+    float *in = calloc(l.outputs, sizeof(float));
+    for (int i = 0; i < l.outputs; ++i) in[i] = uniform(.05f, .95f); /* logistic outputs */
+    /* cell (0, 0)'s box: centre x (0 + 2 s - 0.5)/2 = 0.53, y 0.3, size 0.28 x 0.42 */
+    in[entry(&l, 0, other, 0)] = (1.06f + .5f) / 2, in[entry(&l, 0, other, 1)] = (.6f + .5f) / 2;
+    in[entry(&l, 0, other, 2)] = size_input(.28, 20), in[entry(&l, 0, other, 3)] = size_input(.42, 24);
+    in[entry(&l, 0, mine, 2)] = size_input(.1, 20); /* the assigned anchor's box: small */
+    const double iou_other = iou_d(.53, .3, .28, .42, tb);
+
+    /* decoding: no logistic; x, y scaled; size (2 s)^2 anchor / network */
+    l.iou_loss = IOU_LOSS_MSE;
+    run_yolo(&l, in, truth);
+    const int xo = entry(&l, 0, mine, 0), wo = entry(&l, 0, mine, 2), oo = entry(&l, 0, mine, 4);
+    const box pb = get_yolo_box_coords(l.output, l.biases, 0, xo, 1, 0, 2, 2, 64, 64, l.w * l.h, 1);
+    const double sw = in[wo], want_w = 4 * sw * sw * 20 / 64;
+    CHECK(fabsf(l.output[xo] - (2 * in[xo] - .5f)) < 1e-6 && l.output[wo] == in[wo] &&
+              l.output[oo] == in[oo] && fabs(pb.w - want_w) < 1e-6,
+          "new_coords: x output %.6f = 2 s - 0.5 = %.6f, w output %.6f and objectness output "
+          "%.6f the inputs %.6f, %.6f (no logistic), box w %.6f = (2 s)^2 20/64 = %.6f",
+          l.output[xo], 2 * in[xo] - .5, l.output[wo], l.output[oo], in[wo], in[oo], pb.w,
+          want_w);
+    /* mse: the w target is the s whose decoded size is the truth's */
+    const double scale = 2 - .3 * .4, tw = sqrt(.3 * 64 / (4 * 20));
+    CHECK(fabs(l.delta[wo] - scale * (tw - sw)) < 1e-6 && fabs(4 * tw * tw * 20 / 64 - .3) < 1e-12,
+          "new_coords, mse: w delta %.6f = (2 - wh)(%.6f - s) = %.6f, the target's size 0.3",
+          l.delta[wo], tw, scale * (tw - sw));
+
+    /* giou: the w, h deltas are 0.05 x the gradient with respect to the size */
+    l.iou_loss = IOU_LOSS_GIOU;
+    l.iou_normalizer = .05f;
+    run_yolo(&l, in, truth);
+    double worst = 0;
+    for (int c = 0; c < 4; ++c) {
+        box p = pb, m = pb;
+        float *pc = c == 0 ? &p.x : c == 1 ? &p.y : c == 2 ? &p.w : &p.h;
+        float *mc = c == 0 ? &m.x : c == 1 ? &m.y : c == 2 ? &m.w : &m.h;
+        const float h = 1e-3f;
+        *pc += h, *mc -= h;
+        const double d = .05 * (box_iou_kind(p, tb, IOU_LOSS_GIOU) -
+                                box_iou_kind(m, tb, IOU_LOSS_GIOU)) / (2 * h);
+        const double e = fabs(l.delta[entry(&l, 0, mine, c)] - d) / (1e-3 + fabs(d));
+        if (e > worst) worst = e;
+    }
+    CHECK(worst < 2e-2,
+          "new_coords, giou: the four box deltas against 0.05 x the GIoU gradient with respect "
+          "to the decoded box by finite differences (no e^t factor): largest relative "
+          "difference %.2e (tolerance 2e-2)", worst);
+
+    /* objectness_smooth, obj_normalizer 4 (the csp cfgs' first head) */
+    for (int smooth = 0; smooth < 2; ++smooth) {
+        l.objectness_smooth = smooth;
+        l.obj_normalizer = 4;
+        run_yolo(&l, in, truth);
+        const float po = in[entry(&l, 0, other, 4)], pm = in[oo], pf = in[entry(&l, 0, far, 4)];
+        const float got_o = l.delta[entry(&l, 0, other, 4)], got_m = l.delta[oo];
+        const double want_o = smooth ? 4 * (iou_other - po) : 0;
+        /* the assigned anchor: 1 - p; smoothed, its no-object delta stays (its box's
+         * IoU with the truth is below ignore_thresh), as in AlexeyAB's darknet */
+        const double want_m = smooth ? 4 * (0 - pm) : 4 * (1 - pm);
+        CHECK(iou_other > .7 && fabs(got_o - want_o) < 1e-5 && fabs(got_m - want_m) < 1e-5 &&
+                  fabsf(l.delta[entry(&l, 0, far, 4)] - 4 * (0 - pf)) < 1e-6,
+              "objectness_smooth=%d, obj_normalizer 4: an anchor overlapping the truth by "
+              "%.4f (> ignore_thresh 0.7) %.6f, want %.6f; the assigned anchor %.6f, want %.6f; "
+              "a far anchor %.6f = 4 (0 - p) = %.6f",
+              smooth, iou_other, got_o, want_o, got_m, want_m, l.delta[entry(&l, 0, far, 4)],
+              4 * (0 - pf));
+    }
+    /* the assigned anchor's box overlapping the truth: smoothed, it learns the IoU */
+    float *in2 = malloc(l.outputs * sizeof(float));
+    memcpy(in2, in, l.outputs * sizeof(float));
+    in2[entry(&l, 0, mine, 0)] = (.04f + .5f) / 2, in2[entry(&l, 0, mine, 1)] = (.6f + .5f) / 2;
+    in2[entry(&l, 0, mine, 2)] = size_input(.3, 20), in2[entry(&l, 0, mine, 3)] = size_input(.38, 24);
+    const double iou_mine = iou_d(.52, .3, .3, .38, tb);
+    run_yolo(&l, in2, truth);
+    CHECK(iou_mine > .7 && fabs(l.delta[oo] - 4 * (iou_mine - in2[oo])) < 1e-5,
+          "objectness_smooth=1: the assigned anchor, its box's IoU %.4f: delta %.6f = "
+          "4 (IoU - p) = %.6f", iou_mine, l.delta[oo], 4 * (iou_mine - in2[oo]));
+    /* truth_thresh 0.5: the objectness and the true class learn the IoU squared */
+    l.truth_thresh = .5f;
+    run_yolo(&l, in, truth);
+    const int c1 = entry(&l, 0, other, 5 + 1), c0 = entry(&l, 0, other, 5);
+    const double t2 = iou_other * iou_other;
+    CHECK(fabs(l.delta[entry(&l, 0, other, 4)] - 4 * (t2 - in[entry(&l, 0, other, 4)])) < 1e-5 &&
+              fabs(l.delta[c1] - (t2 - in[c1])) < 1e-5 && fabs(l.delta[c0] - (0 - in[c0])) < 1e-6,
+          "objectness_smooth=1, truth_thresh 0.5: objectness delta %.6f = 4 (IoU^2 - p) = %.6f, "
+          "true class %.6f = IoU^2 - p = %.6f, other class %.6f = 0 - p",
+          l.delta[entry(&l, 0, other, 4)], 4 * (t2 - in[entry(&l, 0, other, 4)]), l.delta[c1],
+          t2 - in[c1], l.delta[c0]);
+    free(in2);
+    free(in);
+    free_layer(l);
 }
 
 int main(int argc, char **argv)
@@ -266,5 +389,6 @@ int main(int argc, char **argv)
     if (system(cmd) != 0) return 2;
     route_and_mish(argv[1]);
     yolo_checks();
+    yolov7_checks();
     return check_report();
 }

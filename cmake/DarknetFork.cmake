@@ -15,7 +15,7 @@ set(_dn_lib_sources
     route_layer upsample_layer box normalization_layer avgpool_layer layer
     local_layer shortcut_layer logistic_layer activation_layer rnn_layer gru_layer
     crnn_layer demo batchnorm_layer region_layer reorg_layer tree lstm_layer
-    l2norm_layer yolo_layer iseg_layer cfg_keys box_loss labels data_check)
+    l2norm_layer yolo_layer iseg_layer cfg_keys box_loss labels data_check weights_ema)
 set(_dn_cuda_sources
     convolutional_kernels deconvolutional_kernels activation_kernels im2col_kernels
     col2im_kernels blas_kernels crop_layer_kernels dropout_layer_kernels

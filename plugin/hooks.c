@@ -437,6 +437,21 @@ static void on_train_progress(void *ctx, network *net, const darknet_train_progr
     if (program && program->progress) program->progress(net, p);
 }
 
+/* [net] ema_alpha's average moves only with a step taken (weights_ema.h). */
+static int on_step_skipped(void *ctx, network *net)
+{
+    (void)ctx;
+    return amp_step_skipped(NULL, net) == 1;
+}
+
+/* The average replaced the weights: half copies are stale. */
+static void on_weights_changed(void *ctx, network *net)
+{
+    (void)ctx;
+    amp_net *an = amp_net_of(net);
+    if (an) an->weights_version += 1;
+}
+
 static const darknet_hooks amp_hooks = {
     .net_options = on_net_options,
     .layer_options = on_layer_options,
@@ -451,6 +466,8 @@ static const darknet_hooks amp_hooks = {
     .network_resized = on_network_resized,
     .command = on_command,
     .train_progress = on_train_progress,
+    .step_skipped = on_step_skipped,
+    .weights_changed = on_weights_changed,
 };
 
 amp_status amp_register(void)

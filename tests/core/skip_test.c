@@ -29,6 +29,10 @@
  * Every case ends by saving the weights and reading every value back: none
  * may be inf or NaN.
  *
+ * ema: [net] ema_alpha=0.5 from step 1 on, through the plugin's hooks: the
+ * skipped step 3 leaves the average as it was after step 2, bit for bit, and
+ * step 4 moves it.
+ *
  * Launched as several processes (mpirun -np 2), AMP attaches through the
  * cfg's [net] keys as a data-parallel launch does (the same keys as the C
  * API's options above, written into a copy of CFG): every process checks
@@ -154,6 +158,31 @@ static void release(snapshot *s)
  * (amp_update), as a program sharing one does. */
 static amp_scaler *own_scaler;
 
+/* [net] ema_alpha's averages of the convolutional layers, one copy. */
+typedef struct {
+    float *v;
+    size_t n;
+} ema_list;
+
+static ema_list ema_take(const network *net)
+{
+    ema_list e = {NULL, 0};
+    for (int pass = 0; pass < 2; ++pass) {
+        size_t n = 0;
+        for (int i = 0; i < net->n; ++i) {
+            const layer *l = &net->layers[i];
+            const float *a[3] = {l->weights_ema, l->biases_ema, l->scales_ema};
+            const size_t c[3] = {(size_t)l->nweights, (size_t)l->n, (size_t)l->n};
+            for (int k = 0; l->type == CONVOLUTIONAL && k < 3; ++k)
+                for (size_t j = 0; a[k] && j < c[k]; ++j, ++n)
+                    if (pass) e.v[n] = a[k][j];
+        }
+        if (!pass) e.v = calloc(n ? n : 1, sizeof(float));
+        e.n = n;
+    }
+    return e;
+}
+
 static void train_step(network *net)
 {
     int n = net->batch * net->inputs, m = net->batch * net->truths;
@@ -187,8 +216,9 @@ int main(int argc, char **argv)
 {
     const int static1 = argc == 6 && !strcmp(argv[5], "static1");
     const int nofallback = argc == 6 && !strcmp(argv[5], "nofallback");
-    if ((argc != 5 && argc != 6) || (argc == 6 && !static1 && !nofallback)) {
-        fprintf(stderr, "usage: skip_test CFG LAYER TENSOR VALUE [static1 | nofallback]\n");
+    const int ema = argc == 6 && !strcmp(argv[5], "ema");
+    if ((argc != 5 && argc != 6) || (argc == 6 && !static1 && !nofallback && !ema)) {
+        fprintf(stderr, "usage: skip_test CFG LAYER TENSOR VALUE [static1 | nofallback | ema]\n");
         return 2;
     }
     const int forward = !strcmp(argv[3], "forward");
@@ -254,8 +284,15 @@ int main(int argc, char **argv)
            forward ? "" : "injecting ", spec,
            dist ? "; one of a data-parallel launch's processes" : "");
 
+    if (ema) { /* [net] ema_alpha=0.5 from step 1 (iteration 1005 of 2010) */
+        net->ema_alpha = 0.5f;
+        net->max_batches = 2010;
+        *net->seen = (size_t)1004 * net->batch * net->subdivisions;
+        if (amp_register() != AMP_OK) printf("FAIL: amp_register\n");
+    }
     train_step(net);
     train_step(net);
+    ema_list ema2 = ema_take(net);
     if (forward) {
         layer *l = &net->layers[layer_k];
         for (int i = 0; i < l->nweights; ++i) l->weights[i] *= factor;
@@ -286,6 +323,13 @@ int main(int argc, char **argv)
     CHECK(hdiff == 0, "momentum histories bit-for-bit unchanged (%zu of %zu elements differ)",
           hdiff, an->nparams);
     CHECK(skipped.t == before.t, "darknet's t unchanged (%d, was %d)", skipped.t, before.t);
+    if (ema) {
+        ema_list ema3 = ema_take(net);
+        CHECK(ema3.n > 0 && ema3.n == ema2.n && !memcmp(ema3.v, ema2.v, ema3.n * sizeof(float)),
+              "ema_alpha: the skipped step left the average of %zu values as it was, bit for "
+              "bit", ema3.n);
+        free(ema3.v);
+    }
     const size_t sdiff = compare_states(&before, &skipped, states.total);
     CHECK(sdiff == 0, "rolling statistics and hidden states bit-for-bit as before the batch "
                       "(%zu of %zu elements differ)", sdiff, states.total);
@@ -351,6 +395,15 @@ int main(int argc, char **argv)
               "step 4 ran: %zu of %zu parameters changed, t %d -> %d", wdiff, an->nparams, plain.t,
               after.t);
         CHECK(after.t == plain.t + 1, "t advanced by one");
+        if (ema) {
+            ema_list ema4 = ema_take(net);
+            size_t moved = 0;
+            for (size_t i = 0; i < ema4.n && i < ema2.n; ++i) moved += ema4.v[i] != ema2.v[i];
+            CHECK(moved > ema4.n / 2, "ema_alpha: step 4 moved the average (%zu of %zu values)",
+                  moved, ema4.n);
+            free(ema4.v);
+            amp_unregister();
+        }
         CHECK(smoved > 0 || states.total == 0,
               "step 4's forward pass moved the forward states (%zu of %zu elements): step 3's "
               "did too, and its skip put them back", smoved, states.total);
@@ -366,6 +419,7 @@ int main(int argc, char **argv)
     release(&skipped);
     release(&plain);
     release(&after);
+    free(ema2.v);
     if (forward || dist) return check_report(); /* the detach check below: one process, finite */
 
     /* Detached between a backward and its step: darknet gets its histories

@@ -12,6 +12,8 @@
  *   layer are untouched, and the average moves no more;
  * - save_weights_ema writes save_weights' layout, the averages in place of
  *   the weights, the live rolling statistics, nothing before the start;
+ * - a resume continues it, bit for bit, from the average saved with the
+ *   weights it resumes, and starts it again from one of another iteration;
  * - ema_alpha outside [0, 1) is refused, naming the key; without the key
  *   nothing is allocated.
  *   weights_ema_test SCRATCH
@@ -284,12 +286,54 @@ static void training(void)
     take(net, &w, 0);
     CHECK(net->ema_ready && same_as(net, &w, 1) && (int)get_current_batch(net) == 1005,
           "train_network to iteration 1005: the average is that step's weights");
+    char wpath[512], epath[512], old_epath[512];
+    snprintf(wpath, sizeof wpath, "%s/train.weights", scratch);
+    snprintf(epath, sizeof epath, "%s/train_ema.weights", scratch);
+    snprintf(old_epath, sizeof old_epath, "%s/train_ema_1005.weights", scratch);
+    save_weights_ema(net, old_epath);
     take(net, &e, 1);
     train_network(net, d);
     take(net, &w, 0);
     const double d1 = ulps_from_rule(net, &e);
     CHECK(d1 <= 2 && !same_as(net, &e, 1),
           "train_network to iteration 1006 (2 micro-batches): moved once, within %.0f ulp", d1);
+
+    /* A resume at iteration 1006: from the average saved with the weights it
+     * goes on as the run that was not stopped; from one of iteration 1005 it
+     * starts again. */
+    save_weights(net, wpath);
+    save_weights_ema(net, epath);
+    network *again = parse("train", "ema_alpha=0.75", err, sizeof err);
+    network *restart = parse("train", "ema_alpha=0.75", err, sizeof err);
+    if (!again || !restart) {
+        CHECK(0, "the resumed networks build: %s", err);
+        return;
+    }
+    load_weights(again, wpath);
+    load_weights(restart, wpath);
+    network_ema_resume(again, epath);
+    network_ema_resume(restart, old_epath);
+    CHECK(again->ema_ready, "resumed from %s", epath);
+    snap ea;
+    take(net, &e, 1);
+    take(again, &ea, 1);
+    CHECK(!memcmp(&e, &ea, sizeof e), "the resumed average is the saved one, bit for bit");
+    CHECK(!restart->ema_ready, "an average of iteration 1005 is not taken for iteration 1006");
+    /* darknet's weights files hold no momentum: the resumed weights take
+     * another step than the unstopped run's; the average follows them */
+    snap saved = ea;
+    train_network(again, d);
+    train_network(restart, d);
+    const double d2 = ulps_from_rule(again, &saved);
+    CHECK(d2 <= 2, "iteration 1007: the resumed average moved from the saved one, within %.0f "
+                   "ulp of 0.75 saved + 0.25 w", d2);
+    take(restart, &w, 0);
+    take(again, &ea, 1);
+    CHECK(restart->ema_ready && same_as(restart, &w, 1) && memcmp(&w, &ea, sizeof w),
+          "the run that could not resume started again from its weights of iteration 1007 (not "
+          "the resumed average)");
+    free_network(again);
+    free_network(restart);
     free_matrix(d.X), free_matrix(d.y);
     free_network(net);
 }

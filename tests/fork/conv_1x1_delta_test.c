@@ -102,6 +102,7 @@ int main(int argc, char **argv)
         return 2;
     }
     scratch = argv[1];
+    gpu_index = -1; /* CPU networks, also in a CUDA build */
     mkdir(scratch, 0755); /* may exist */
     const int stock = !strcmp(argv[2], "stock");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {

@@ -369,6 +369,7 @@ int main(int argc, char **argv)
         return 2;
     }
     scratch = argv[1];
+    gpu_index = -1; /* CPU networks, also in a CUDA build */
     mkdir(scratch, 0755); /* may exist */
     darknet_set_hooks(&hooks);
     schedule();
